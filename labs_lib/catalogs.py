@@ -1,0 +1,35 @@
+"""The GPU catalogue (data/gpus.json)."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+
+import pandas as pd
+
+from .errors import BadInput
+from .paths import DATA_DIR
+
+
+@cache
+def _gpus() -> dict:
+    return json.loads((DATA_DIR / "gpus.json").read_text())
+
+
+def gpu_names() -> list[str]:
+    return list(_gpus()["gpus"])
+
+
+def gpu_spec(name: str) -> dict:
+    """One GPU's row (memory_gib, bandwidth_gb_per_s, bf16_dense_tflops) plus its name."""
+    data = _gpus()
+    key = str(name).strip()
+    key = data["aliases"].get(key.lower(), key)
+    for gpu_name, row in data["gpus"].items():
+        if gpu_name.lower() == key.lower():
+            return {"name": gpu_name, **row}
+    raise BadInput("gpu", name, "allowed: " + ", ".join(data["gpus"]))
+
+
+def gpu_table() -> pd.DataFrame:
+    return pd.DataFrame([gpu_spec(n) for n in gpu_names()]).set_index("name")

@@ -1,0 +1,44 @@
+"""The GPUs on this machine, read with NVML (pynvml), or a clear "no GPU"."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GPUReading:
+    index: int
+    name: str
+    memory_total_bytes: int
+    memory_used_bytes: int
+    memory_free_bytes: int
+    utilization_pct: float | None
+
+
+def read_gpus() -> tuple[list[GPUReading], str | None]:
+    """(readings, None) when NVML answers, else ([], the reason in one line)."""
+    try:
+        import pynvml
+    except ImportError:
+        return [], "no GPU: the NVML bindings (nvidia-ml-py) are not installed"
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        return [], f"no GPU: NVML is not available here ({type(exc).__name__})"
+    try:
+        readings = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            try:
+                util = float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+            except Exception:
+                util = None
+            name = pynvml.nvmlDeviceGetName(handle)
+            readings.append(GPUReading(i, name.decode() if isinstance(name, bytes) else str(name),
+                                       int(mem.total), int(mem.used), int(mem.free), util))
+        return readings, None if readings else "no GPU: NVML found no devices"
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()

@@ -1,0 +1,455 @@
+"""KV-cache and weight memory, exact to the byte.
+
+Definitions (stated once; every lab uses these functions):
+- Per token, a standard attention layer caches one K and one V vector per KV head:
+  2 x kv_heads x head_dim values. An MLA layer (DeepSeek-V2/V3) caches one latent of
+  kv_lora_rank + qk_rope_head_dim values instead, with no factor 2 (vLLM MLAAttentionSpec).
+- A sliding-window layer needs only the last `sliding_window` tokens: min(seq_len, window).
+- Bytes for n values of a dtype: ceil(n / block_values) x block_bytes; block formats such as
+  q8_0 (34 bytes per 32 values) and q4_0 (18 per 32) carry their scales.
+- Tensor parallelism splits KV heads across ranks: kv_heads_per_rank = max(1, kv_heads // tp);
+  with tp > kv_heads each head is replicated. Every rank holds the whole MLA latent.
+- "Per token" figures count every layer (windows ignored: the marginal cost of one more token
+  of context while the context is shorter than the window).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from .errors import BadInput, fraction, positive_int, positive_number
+from .models import ModelSpec, load_model
+
+GIB = 1024**3
+MIB = 1024**2
+
+
+@dataclass(frozen=True)
+class DType:
+    """A storage format: `block_bytes` bytes hold `block_values` values (scales included)."""
+
+    name: str
+    block_values: int
+    block_bytes: int
+
+    def nbytes(self, n_values: int) -> int:
+        return -(-n_values // self.block_values) * self.block_bytes
+
+    @property
+    def bits_per_value(self) -> float:
+        return 8 * self.block_bytes / self.block_values
+
+
+DTYPES: dict[str, DType] = {
+    d.name: d
+    for d in (
+        DType("fp32", 1, 4),
+        DType("fp16", 1, 2),
+        DType("bf16", 1, 2),
+        DType("fp8", 1, 1),
+        DType("int8", 1, 1),
+        DType("int4", 2, 1),  # two values per byte, no scales (the articles' "0.5 bytes")
+        DType("q8_0", 32, 34),  # llama.cpp blocks: 32 int8 + one fp16 scale
+        DType("q4_0", 32, 18),  # 32 x 4 bits + one fp16 scale
+        DType("q4_1", 32, 20),  # + fp16 min
+        DType("q5_0", 32, 22),
+        DType("q5_1", 32, 24),
+        DType("iq4_nl", 32, 18),
+    )
+}
+DTYPE_ALIASES = {
+    "f32": "fp32", "float32": "fp32", "float": "fp32",
+    "f16": "fp16", "float16": "fp16", "half": "fp16",
+    "bfloat16": "bf16",
+    "fp8_e4m3": "fp8", "fp8_e5m2": "fp8", "fp8_inc": "fp8", "float8": "fp8",
+    "i8": "int8", "i4": "int4",
+}
+# llama.cpp's names for the same formats (its --cache-type-k/v vocabulary).
+LLAMACPP_NAMES = {"fp32": "f32", "fp16": "f16", "bf16": "bf16", "q8_0": "q8_0", "q4_0": "q4_0",
+                  "q4_1": "q4_1", "q5_0": "q5_0", "q5_1": "q5_1", "iq4_nl": "iq4_nl"}
+
+
+def dtype(name: str | DType) -> DType:
+    """The DType called `name` (aliases such as f16, float16, fp8_e4m3 accepted)."""
+    if isinstance(name, DType):
+        return name
+    key = str(name).strip().lower()
+    key = DTYPE_ALIASES.get(key, key)
+    if key not in DTYPES:
+        raise BadInput("kv/weight dtype", name, "allowed: " + ", ".join(DTYPES))
+    return DTYPES[key]
+
+
+# ---------------------------------------------------------------- per token, per layer
+
+
+def check_tp(model: ModelSpec, tp: int) -> int:
+    """Validate a tensor-parallel size the way vLLM does (heads must split evenly)."""
+    tp = positive_int("tp", tp, maximum=1024)
+    if model.num_q_heads % tp:
+        raise BadInput("tp", tp, f"allowed: a divisor of {model.name}'s {model.num_q_heads} attention heads")
+    kv = model.num_kv_heads
+    if not model.is_mla and (kv % tp if kv >= tp else tp % kv):
+        raise BadInput("tp", tp, f"allowed: a divisor or multiple of {model.name}'s {kv} KV heads")
+    return tp
+
+
+def kv_heads_per_rank(model: ModelSpec, tp: int = 1) -> int:
+    return max(1, model.num_kv_heads // tp)
+
+
+def kv_bytes_per_token_per_layer(model: ModelSpec, kv_dtype: str | DType = "fp16", tp: int = 1) -> int:
+    """Bytes one rank stores for one token in one layer."""
+    dt = dtype(kv_dtype)
+    if model.is_mla:
+        return dt.nbytes(model.kv_lora_rank + model.qk_rope_head_dim)
+    return 2 * dt.nbytes(kv_heads_per_rank(model, tp) * model.head_dim)
+
+
+def tokens_held(model: ModelSpec, layer: int, seq_len: int) -> int:
+    """Tokens of a seq_len-long sequence that layer `layer` must keep."""
+    return min(seq_len, model.sliding_window) if model.is_sliding(layer) else seq_len
+
+
+def _layer_token_sum(model: ModelSpec, seq_len: int, round_to: int = 1) -> int:
+    """Sum over layers of tokens held, each rounded up to a multiple of round_to."""
+    full = model.num_full_layers * (-(-seq_len // round_to) * round_to)
+    if not model.num_sliding_layers:
+        return full
+    held = min(seq_len, model.sliding_window)
+    return full + model.num_sliding_layers * (-(-held // round_to) * round_to)
+
+
+# ---------------------------------------------------------------- sequences and batches
+
+
+@dataclass(frozen=True)
+class KVEstimate:
+    """KV-cache bytes for `batch` sequences of `seq_len` tokens. Totals count all TP ranks."""
+
+    model: str
+    attention: str
+    kv_dtype: str
+    seq_len: int
+    batch: int
+    tp: int
+    kv_bytes_per_token_per_layer: int  # one rank
+    kv_bytes_per_token: int  # one token, all layers, all ranks
+    kv_bytes_per_sequence: int  # one sequence, windows applied, all ranks
+    kv_bytes_per_rank: int  # whole batch, one rank
+    kv_bytes: int  # whole batch, all ranks
+    block_size: int | None = None
+    kv_bytes_paged: int | None = None  # whole blocks of block_size tokens per layer
+    paged_waste_bytes: int | None = None
+    max_len: int | None = None
+    kv_bytes_contiguous: int | None = None  # every sequence preallocated to max_len
+    contiguous_waste_bytes: int | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def kv_cache(
+    model: str | ModelSpec,
+    seq_len: int,
+    batch: int = 1,
+    kv_dtype: str | DType = "fp16",
+    tp: int = 1,
+    block_size: int | None = None,
+    max_len: int | None = None,
+) -> KVEstimate:
+    """Exact KV bytes; with block_size, paged storage; with max_len, contiguous preallocation."""
+    spec = load_model(model)
+    seq_len = positive_int("seq_len", seq_len, maximum=10_000_000)
+    batch = positive_int("batch", batch, maximum=1_000_000)
+    dt = dtype(kv_dtype)
+    tp = check_tp(spec, tp)
+    per_layer = kv_bytes_per_token_per_layer(spec, dt, tp)
+    per_rank_seq = per_layer * _layer_token_sum(spec, seq_len)
+    fields: dict = {}
+    if block_size is not None:
+        block_size = positive_int("block_size", block_size, maximum=65_536)
+        paged = per_layer * _layer_token_sum(spec, seq_len, block_size) * batch * tp
+        fields.update(block_size=block_size, kv_bytes_paged=paged, paged_waste_bytes=paged - per_rank_seq * batch * tp)
+    if max_len is not None:
+        max_len = positive_int("max_len", max_len, maximum=10_000_000)
+        if max_len < seq_len:
+            raise BadInput("max_len", max_len, f"allowed: an integer >= seq_len ({seq_len})")
+        contiguous = per_layer * _layer_token_sum(spec, max_len) * batch * tp
+        fields.update(max_len=max_len, kv_bytes_contiguous=contiguous,
+                      contiguous_waste_bytes=contiguous - per_rank_seq * batch * tp)
+    return KVEstimate(
+        model=spec.name,
+        attention=spec.attention,
+        kv_dtype=dt.name,
+        seq_len=seq_len,
+        batch=batch,
+        tp=tp,
+        kv_bytes_per_token_per_layer=per_layer,
+        kv_bytes_per_token=per_layer * spec.num_layers * tp,
+        kv_bytes_per_sequence=per_rank_seq * tp,
+        kv_bytes_per_rank=per_rank_seq * batch,
+        kv_bytes=per_rank_seq * batch * tp,
+        **fields,
+    )
+
+
+def weight_bytes(model: str | ModelSpec, weight_dtype: str | DType = "bf16") -> int:
+    """Bytes of all weights stored in one format (llama.cpp keeps norms in f32: a small error)."""
+    spec = load_model(model)
+    if not spec.params:
+        raise BadInput("model", spec.name, "allowed: a model whose parameter count is known")
+    return dtype(weight_dtype).nbytes(spec.params)
+
+
+# ---------------------------------------------------------------- vLLM capacity planner
+
+
+def _non_negative(what: str, value: object) -> float:
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        number = -1.0
+    if isinstance(value, bool) or not 0 <= number < float("inf"):
+        raise BadInput(what, value, "allowed: a number >= 0")
+    return number
+
+DEFAULT_OVERHEAD_GIB = 2.0
+"""Activation peak + non-torch memory + CUDA graphs, which vLLM measures at start-up.
+vllm#10517 logs Llama-3.1-8B on a 24 GB card: 2.07 GiB activations + 0.35 GiB non-torch."""
+
+
+@dataclass(frozen=True)
+class CapacityPlan:
+    """vLLM's KV pool for one model on one GPU (per rank, all ranks alike)."""
+
+    model: str
+    kv_dtype: str
+    block_size: int
+    tp: int
+    max_model_len: int
+    available_kv_bytes: int  # per rank
+    page_bytes: int  # one block of one layer on one rank (vLLM page_size_bytes)
+    num_blocks: int  # = available // (page_bytes x layers)
+    kv_cache_tokens: int  # = num_blocks x block_size
+    blocks_per_request: int  # a request at max_model_len (all layers alike)
+    max_concurrency: float  # = num_blocks / blocks_per_request
+    fits_one_request: bool
+    gpu: str | None = None
+    gpu_memory_bytes: int | None = None
+    gpu_memory_utilization: float | None = None
+    requested_bytes: int | None = None  # memory vLLM may use = total x utilization
+    weight_dtype: str | None = None
+    weight_bytes_per_rank: int | None = None
+    overhead_bytes: int | None = None  # stated estimate of activations + non-torch + graphs
+    sliding_window_estimate: bool = False  # sliding layers: vLLM's hybrid allocator differs
+    problem: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def plan_capacity(
+    model: str | ModelSpec,
+    max_model_len: int,
+    *,
+    kv_dtype: str | DType = "bf16",
+    block_size: int = 16,
+    tp: int = 1,
+    available_kv_gib: float | None = None,
+    gpu: str | None = None,
+    gpu_memory_gib: float | None = None,
+    gpu_memory_utilization: float = 0.9,
+    weight_dtype: str | DType = "bf16",
+    weight_gib: float | None = None,
+    overhead_gib: float = DEFAULT_OVERHEAD_GIB,
+    max_num_batched_tokens: int = 2048,
+) -> CapacityPlan:
+    """Blocks, KV tokens and maximum concurrency as vLLM computes them.
+
+    Give the KV pool directly (available_kv_gib), or a GPU (catalogue name, or its memory
+    in GiB) with gpu_memory_utilization: pool = total x utilization - weights/tp - overhead.
+    """
+    from .catalogs import gpu_spec
+
+    spec = load_model(model)
+    max_model_len = positive_int("max_model_len", max_model_len, maximum=10_000_000)
+    block_size = positive_int("block_size", block_size, maximum=65_536)
+    tp = check_tp(spec, tp)
+    dt = dtype(kv_dtype)
+    max_num_batched_tokens = positive_int("max_num_batched_tokens", max_num_batched_tokens, maximum=10_000_000)
+    page_bytes = block_size * kv_bytes_per_token_per_layer(spec, dt, tp)
+    extra: dict = {}
+    if available_kv_gib is not None:
+        available = int(positive_number("available_kv_gib", available_kv_gib) * GIB)
+    else:
+        if gpu is not None:
+            card = gpu_spec(gpu)
+            extra["gpu"], total_gib = card["name"], card["memory_gib"]
+        elif gpu_memory_gib is not None:
+            extra["gpu"], total_gib = "given", positive_number("gpu_memory_gib", gpu_memory_gib)
+        else:
+            raise BadInput("capacity", "no memory given", "allowed: --available-kv-gib X, or --gpu NAME")
+        util = fraction("gpu_memory_utilization", gpu_memory_utilization)
+        total = int(total_gib * GIB)
+        requested = math.ceil(total * util)
+        if weight_gib is not None:
+            weights = int(positive_number("weight_gib", weight_gib) * GIB) // tp
+            extra["weight_dtype"] = "given"
+        else:
+            weights = weight_bytes(spec, weight_dtype) // tp
+            extra["weight_dtype"] = dtype(weight_dtype).name
+        overhead = int(_non_negative("overhead_gib", overhead_gib) * GIB)
+        available = max(0, requested - weights - overhead)
+        extra.update(gpu_memory_bytes=total, gpu_memory_utilization=util, requested_bytes=requested,
+                     weight_bytes_per_rank=weights, overhead_bytes=overhead)
+        if available == 0:
+            extra["problem"] = (f"weights ({weights / GIB:.2f} GiB per rank) + overhead ({overhead / GIB:.2f} GiB) "
+                                f"exceed what vLLM may use ({requested / GIB:.2f} GiB): no room for KV blocks")
+    num_blocks = available // (page_bytes * spec.num_layers)
+    full_blocks = -(-max_model_len // block_size)
+    sliding = bool(spec.num_sliding_layers)
+    if sliding:
+        # vLLM keeps about window - 1 + one batch of tokens for a sliding layer (SlidingWindowSpec)
+        swa_tokens = min(spec.sliding_window - 1 + max_num_batched_tokens, max_model_len)
+        swa_blocks = -(-swa_tokens // block_size) + 1
+        per_request = (spec.num_full_layers * full_blocks + spec.num_sliding_layers * swa_blocks) * page_bytes
+        max_concurrency = available / per_request
+        blocks_per_request = -(-per_request // (page_bytes * spec.num_layers))
+    else:
+        blocks_per_request = full_blocks
+        max_concurrency = num_blocks / full_blocks
+    fits = max_concurrency >= 1
+    if not fits and "problem" not in extra:
+        need = blocks_per_request * page_bytes * spec.num_layers
+        extra["problem"] = (f"one request of max_model_len {max_model_len:,} needs {need / GIB:.2f} GiB of KV cache, "
+                            f"more than the {available / GIB:.2f} GiB available: vLLM refuses to start")
+    return CapacityPlan(
+        model=spec.name, kv_dtype=dt.name, block_size=block_size, tp=tp, max_model_len=max_model_len,
+        available_kv_bytes=available, page_bytes=page_bytes, num_blocks=num_blocks,
+        kv_cache_tokens=num_blocks * block_size, blocks_per_request=blocks_per_request,
+        max_concurrency=round(max_concurrency, 4), fits_one_request=fits,
+        sliding_window_estimate=sliding, **extra,
+    )
+
+
+# ---------------------------------------------------------------- llama.cpp's own layout
+
+
+def _pad(n: int, to: int) -> int:
+    return -(-n // to) * to
+
+
+@dataclass(frozen=True)
+class LlamaCppCache:
+    """One of llama.cpp's KV caches (full attention, or sliding window)."""
+
+    kind: str  # "full" or "swa"
+    cells: int  # per stream
+    layers: int
+    streams: int
+    k_bytes: int
+    v_bytes: int
+
+    @property
+    def kv_bytes(self) -> int:
+        return self.k_bytes + self.v_bytes
+
+
+@dataclass(frozen=True)
+class LlamaCppLayout:
+    """What llama.cpp allocates for a context (llama-context.cpp, llama-kv-cache-iswa.cpp)."""
+
+    model: str
+    n_ctx: int  # after padding to 256 and rounding to a multiple of n_parallel
+    n_ctx_seq: int  # context of one slot
+    n_parallel: int
+    n_ubatch: int  # effective: min(n_ctx, n_batch, n_ubatch)
+    kv_unified: bool
+    swa_full: bool
+    type_k: str
+    type_v: str
+    caches: tuple[LlamaCppCache, ...]
+
+    @property
+    def kv_bytes(self) -> int:
+        return sum(c.kv_bytes for c in self.caches)
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["kv_bytes"] = self.kv_bytes
+        out["caches"] = [dict(asdict(c), kv_bytes=c.kv_bytes) for c in self.caches]
+        return out
+
+
+LLAMACPP_CELL_PAD = 256  # current builds pad n_ctx, n_ctx_seq and the SWA cache to 256 cells
+
+
+def llamacpp_layout(
+    model: str | ModelSpec,
+    ctx: int,
+    parallel: int = 1,
+    *,
+    ubatch: int = 512,
+    batch: int = 2048,
+    type_k: str | DType = "f16",
+    type_v: str | DType | None = None,
+    kv_unified: bool = False,
+    swa_full: bool = False,
+) -> LlamaCppLayout:
+    """The KV caches llama.cpp's server allocates for `ctx` total cells shared by `parallel` slots."""
+    spec = load_model(model)
+    if spec.is_mla:
+        raise BadInput("model", spec.name, "allowed: a model without MLA for the llama.cpp layout")
+    ctx = positive_int("ctx", ctx, maximum=1 << 31)
+    parallel = positive_int("parallel", parallel, maximum=256)
+    ubatch = positive_int("ubatch", ubatch, maximum=1 << 20)
+    batch = positive_int("batch", batch, maximum=1 << 20)
+    tk, tv = dtype(type_k), dtype(type_v if type_v is not None else type_k)
+    for which, dt in (("type_k", tk), ("type_v", tv)):
+        if dt.name not in LLAMACPP_NAMES:
+            raise BadInput(which, dt.name, "allowed: " + ", ".join(LLAMACPP_NAMES.values()))
+    n_ctx = _pad(ctx, LLAMACPP_CELL_PAD)
+    if kv_unified:
+        n_ctx_seq, streams, size_base = n_ctx, 1, n_ctx
+    else:
+        n_ctx_seq = _pad(n_ctx // parallel, LLAMACPP_CELL_PAD)
+        n_ctx, streams, size_base = n_ctx_seq * parallel, parallel, n_ctx_seq
+    n_batch = min(n_ctx, batch)
+    n_ubatch = min(n_batch, ubatch)
+    row = spec.num_kv_heads * spec.head_dim  # n_embd_k_gqa: one cell of one layer
+
+    def cache(kind: str, cells: int, layers: int) -> LlamaCppCache:
+        count = layers * streams * cells
+        return LlamaCppCache(kind, cells, layers, streams, count * tk.nbytes(row), count * tv.nbytes(row))
+
+    caches = []
+    if spec.num_full_layers:
+        caches.append(cache("full", size_base, spec.num_full_layers))
+    if spec.num_sliding_layers:
+        if swa_full:
+            size_swa = size_base
+        else:
+            size_swa = _pad(min(size_base, spec.sliding_window * (parallel if kv_unified else 1) + n_ubatch), LLAMACPP_CELL_PAD)
+        caches.append(cache("swa", size_swa, spec.num_sliding_layers))
+    return LlamaCppLayout(
+        model=spec.name, n_ctx=n_ctx, n_ctx_seq=n_ctx_seq, n_parallel=parallel, n_ubatch=n_ubatch,
+        kv_unified=kv_unified, swa_full=swa_full, type_k=LLAMACPP_NAMES[tk.name], type_v=LLAMACPP_NAMES[tv.name],
+        caches=tuple(caches),
+    )
+
+
+def allocation_utilization(lengths: list[int], *, max_len: int, block_size: int = 16) -> dict[str, float]:
+    """Fraction of allocated KV slots holding real tokens, for a set of sequence lengths.
+
+    contiguous: every sequence preallocated to max_len (static batching, HF generate);
+    paged: whole blocks of block_size tokens (vLLM's PagedAttention).
+    """
+    if not lengths:
+        raise BadInput("lengths", lengths, "allowed: a non-empty list of sequence lengths")
+    used = sum(lengths)
+    if max(lengths) > max_len:
+        raise BadInput("max_len", max_len, f"allowed: >= the longest sequence ({max(lengths)})")
+    paged = sum(-(-n // block_size) * block_size for n in lengths)
+    return {"contiguous": used / (len(lengths) * max_len), "paged": used / paged}

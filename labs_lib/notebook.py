@@ -1,0 +1,71 @@
+"""What every lab notebook does first, and the helpers its check cells use."""
+
+from __future__ import annotations
+
+import importlib
+import platform
+import sys
+
+from .errors import LabsError
+
+VERSIONED = ("labs_lib", "numpy", "pandas", "matplotlib", "xllamacpp", "openai", "httpx", "vllm", "torch")
+
+
+def versions(packages: tuple[str, ...] = VERSIONED) -> dict[str, str]:
+    """Installed versions of the packages a lab depends on ("-" when absent)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for name in packages:
+        try:
+            out[name] = version(name.replace("_", "-")) if name != "labs_lib" else version("labs_lib")
+        except PackageNotFoundError:
+            out[name] = "-"
+    return out
+
+
+def _one_line_error(shell, etype, value, tb, tb_offset=None):
+    """IPython handler for LabsError: the message alone, no traceback; the cell still fails."""
+    print(f"{etype.__name__}: {value}", file=sys.stderr)
+    return None
+
+
+def setup(lab: str) -> None:
+    """Print versions, show LabsError as one line, set plot defaults."""
+    import matplotlib as mpl
+
+    mpl.rcParams.update({"figure.dpi": 90, "axes.spines.top": False, "axes.spines.right": False})
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        if shell is not None:
+            shell.set_custom_exc((LabsError,), _one_line_error)
+    except ImportError:
+        pass
+    found = versions()
+    print(f"LLM Inference Labs — lab {lab}")
+    print("  " + "  ".join(f"{k} {v}" for k, v in found.items() if v != "-"))
+    missing = [k for k, v in found.items() if v == "-"]
+    if missing:
+        print("  not installed (fine on CPU): " + ", ".join(missing))
+
+
+def check_exercise(label: str, answer: object, expected: float, *, rel_tol: float = 0.01, hint: str = "") -> bool | None:
+    """Print whether `answer` is within rel_tol of `expected`; None when not answered yet."""
+    if answer is None:
+        print(f"Exercise {label}: not answered yet. {hint}".rstrip())
+        return None
+    try:
+        ok = abs(float(answer) - expected) <= rel_tol * abs(expected)
+    except (TypeError, ValueError):
+        ok = False
+    print(f"Exercise {label}: " + ("correct" if ok else f"not quite: {answer!r} (expected about {expected:,.4g}). {hint}".rstrip()))
+    return ok
+
+
+def reload() -> None:
+    """Re-import labs_lib's modules after editing them (for participants who change the library)."""
+    for name, module in list(sys.modules.items()):
+        if name == "labs_lib" or name.startswith("labs_lib."):
+            importlib.reload(module)

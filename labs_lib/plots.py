@@ -1,0 +1,106 @@
+"""Figures the labs draw. Each returns a matplotlib Figure; widgets call the same functions."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from .kv_math import GIB, allocation_utilization, kv_cache, plan_capacity
+from .models import load_model
+
+
+def kv_memory_figure(model: str, seq_len: int, batch: int, kv_dtype: str = "fp16", *, compare: list[str] | None = None,
+                     budget_gib: float | None = None):
+    """KV cache (GiB) against context length and against batch size, at one operating point.
+
+    Left: one sequence up to 4 x seq_len for `model` (and `compare` models); right: the batch at seq_len."""
+    spec = load_model(model)
+    fig, (ax_len, ax_batch) = plt.subplots(1, 2, figsize=(11, 3.8))
+    lengths = np.unique(np.linspace(1, 4 * seq_len, 200).astype(int))
+    for name in [model, *(compare or [])]:
+        s = load_model(name)
+        ys = [kv_cache(s, int(n), batch, kv_dtype).kv_bytes / GIB for n in lengths]
+        ax_len.plot(lengths, ys, label=f"{s.name} ({s.attention})", lw=2.2 if name == model else 1.2)
+    here = kv_cache(spec, seq_len, batch, kv_dtype)
+    ax_len.scatter([seq_len], [here.kv_bytes / GIB], color="black", zorder=5)
+    ax_len.annotate(f"{here.kv_bytes / GIB:.2f} GiB", (seq_len, here.kv_bytes / GIB), textcoords="offset points", xytext=(6, -12))
+    ax_len.set(xlabel="context length (tokens)", ylabel=f"KV cache, batch {batch} (GiB)", title=f"{kv_dtype} KV cache vs length")
+    batches = np.arange(1, max(2 * batch, 8) + 1)
+    ax_batch.plot(batches, [kv_cache(spec, seq_len, int(b), kv_dtype).kv_bytes / GIB for b in batches], color="C0")
+    ax_batch.scatter([batch], [here.kv_bytes / GIB], color="black", zorder=5)
+    ax_batch.set(xlabel="concurrent sequences", ylabel="KV cache (GiB)", title=f"{spec.name} at {seq_len:,} tokens")
+    for ax in (ax_len, ax_batch):
+        if budget_gib:
+            ax.axhline(budget_gib, color="red", ls="--", lw=1)
+            ax.text(ax.get_xlim()[0], budget_gib, f" KV budget {budget_gib:.1f} GiB", color="red", va="bottom", fontsize=8)
+        ax.grid(alpha=0.3)
+    ax_len.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def attention_kinds_figure(models: list[str], kv_dtype: str = "bf16"):
+    """Bytes per token of context (all layers) for models of different attention designs."""
+    specs = [load_model(m) for m in models]
+    per_token = [kv_cache(s, 1, 1, kv_dtype).kv_bytes_per_token / 1024 for s in specs]
+    fig, ax = plt.subplots(figsize=(9, 3.6))
+    colors = {"MHA": "C3", "GQA": "C0", "MQA": "C2", "MLA": "C4"}
+    ax.barh([f"{s.name} ({s.attention})" for s in specs], per_token, color=[colors[s.attention] for s in specs])
+    for y, v in enumerate(per_token):
+        ax.text(v, y, f" {v:,.0f}", va="center", fontsize=8)
+    ax.set(xlabel=f"KV cache per token, {kv_dtype} (KiB)", title="Attention design sets the cost of every token of context")
+    ax.invert_yaxis()
+    fig.tight_layout()
+    return fig
+
+
+def dtype_figure(model: str, seq_len: int, dtypes: list[str]):
+    """KV bytes of one sequence across dtypes, with bits per value."""
+    from .kv_math import dtype
+
+    spec = load_model(model)
+    sizes = [kv_cache(spec, seq_len, 1, d).kv_bytes / 2**20 for d in dtypes]
+    fig, ax = plt.subplots(figsize=(9, 3.4))
+    ax.bar(dtypes, sizes, color="C0")
+    for x, (d, v) in enumerate(zip(dtypes, sizes, strict=True)):
+        ax.text(x, v, f"{v:,.0f} MiB\n{dtype(d).bits_per_value:g} bit", ha="center", va="bottom", fontsize=8)
+    ax.set(ylabel="MiB", title=f"{spec.name}, one {seq_len:,}-token sequence, by KV dtype")
+    ax.set_ylim(0, max(sizes) * 1.25)
+    fig.tight_layout()
+    return fig
+
+
+def paged_vs_contiguous_figure(lengths: list[int], max_len: int, block_sizes: tuple[int, ...] = (1, 8, 16, 32, 128, 512)):
+    """Share of KV slots that hold real tokens: preallocating max_len vs whole blocks."""
+    fig, (ax_hist, ax_util) = plt.subplots(1, 2, figsize=(11, 3.6))
+    ax_hist.hist(lengths, bins=40, color="C0")
+    ax_hist.axvline(max_len, color="red", ls="--")
+    ax_hist.set(xlabel="sequence length (tokens)", ylabel="requests", title=f"{len(lengths)} requests; preallocation = {max_len:,}")
+    utils = [allocation_utilization(lengths, max_len=max_len, block_size=b)["paged"] * 100 for b in block_sizes]
+    contiguous = allocation_utilization(lengths, max_len=max_len)["contiguous"] * 100
+    ax_util.plot([str(b) for b in block_sizes], utils, marker="o", label="paged")
+    ax_util.axhline(contiguous, color="red", ls="--", label=f"contiguous to {max_len:,}: {contiguous:.0f}%")
+    ax_util.set(xlabel="block size (tokens)", ylabel="slots used (%)", ylim=(0, 105), title="Paged allocation wastes at most one block")
+    ax_util.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def capacity_figure(model: str, gpus: list[str], max_model_lens: list[int], *, kv_dtype: str = "bf16",
+                    gpu_memory_utilization: float = 0.9, tp: int = 1):
+    """vLLM's maximum concurrency against max_model_len on several GPUs."""
+    fig, ax = plt.subplots(figsize=(9, 3.8))
+    for gpu in gpus:
+        plans = [plan_capacity(model, m, kv_dtype=kv_dtype, gpu=gpu, gpu_memory_utilization=gpu_memory_utilization, tp=tp)
+                 for m in max_model_lens]
+        if all(p.num_blocks == 0 for p in plans):
+            ax.plot([], [], label=f"{gpu}: weights do not fit")
+            continue
+        ax.plot(max_model_lens, [p.max_concurrency for p in plans], marker="o", label=gpu)
+    ax.axhline(1, color="grey", lw=0.8)
+    ax.set(xscale="log", yscale="log", xlabel="max_model_len (tokens)", ylabel="max concurrency (requests)",
+           title=f"{load_model(model).name}, {kv_dtype} KV, tp={tp}, gpu_memory_utilization={gpu_memory_utilization}")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

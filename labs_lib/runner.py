@@ -1,0 +1,189 @@
+"""`python -m labs_lib run`: execute the lab notebooks headlessly with papermill.
+
+Executed copies go to runs/<timestamp>/ (runs/latest points at the newest). A parameter whose
+name or value looks like a secret is refused: papermill writes every parameter into the
+executed notebook, so keys travel only through environment variables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from .errors import BadInput, LabsError
+from .paths import NOTEBOOKS_DIR, RUNS_DIR
+
+SECRET_NAME = re.compile(r"key|token|secret|passw|credential|auth|bearer", re.IGNORECASE)
+SECRET_VALUE = re.compile(r"\b(sk|rk|pk)-[A-Za-z0-9_\-]{8,}|\bBearer\s+\S+", re.IGNORECASE)
+CELL_TIMEOUT_S = 1800
+
+
+@dataclass
+class NotebookResult:
+    name: str
+    status: str  # "ok" or "failed"
+    wall_s: float
+    output: Path
+    error: str | None = None
+    cell_source: str | None = None
+
+
+def discover(only: str | None = None, folder: Path = NOTEBOOKS_DIR) -> list[Path]:
+    """The lab notebooks (NN_name.ipynb) in order, or those whose number is in `only` ("01,03")."""
+    found = sorted(folder.glob("[0-9][0-9]_*.ipynb"))
+    if not only:
+        return found
+    wanted = [w.strip().zfill(2) for w in str(only).split(",") if w.strip()]
+    numbers = {p.name[:2]: p for p in found}
+    unknown = [w for w in wanted if w not in numbers]
+    if unknown or not wanted:
+        raise BadInput("--only", only, "allowed: comma-separated lab numbers among " + ", ".join(numbers))
+    return [numbers[w] for w in wanted]
+
+
+def parse_value(text: str) -> object:
+    """A -p value as papermill would take it: bool, int, float, JSON list/dict, else the string."""
+    lowered = text.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if lowered in ("none", "null"):
+        return None
+    for convert in (int, float):
+        try:
+            return convert(text)
+        except ValueError:
+            pass
+    if text.strip()[:1] in "[{":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            pass
+    return text
+
+
+def refuse_secrets(params: dict[str, object]) -> None:
+    for name, value in params.items():
+        if SECRET_NAME.search(name):
+            raise BadInput("parameter", name, "its name looks like a secret; allowed: put keys in environment variables "
+                           "(e.g. TAOTOKEN_API_KEY) — papermill saves parameters into every executed notebook")
+        if isinstance(value, str) and SECRET_VALUE.search(value):
+            raise BadInput(f"parameter {name}", "<hidden: looks like a key>", "allowed: non-secret values; keys go in environment variables")
+
+
+def declared_parameters(path: Path) -> dict[str, dict]:
+    """Names (and papermill's view of type and default) in a notebook's parameters cell."""
+    import papermill
+
+    return papermill.inspect_notebook(str(path))
+
+
+def _failure_details(output: Path, exc: Exception) -> tuple[str, str | None]:
+    ename = getattr(exc, "ename", type(exc).__name__)
+    evalue = getattr(exc, "evalue", str(exc))
+    source = None
+    try:
+        nb = json.loads(output.read_text())
+        for cell in nb["cells"]:
+            if cell["cell_type"] == "code" and any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
+                source = "".join(cell["source"])
+                break
+    except (OSError, ValueError, KeyError):
+        pass
+    return f"{ename}: {evalue}", source
+
+
+def _print_failure(result: NotebookResult, stream=sys.stdout) -> None:
+    bar = "-" * 72
+    lines = [bar, f"FAILED {result.name} after {result.wall_s:.1f} s", "failing cell:"]
+    source = (result.cell_source or "(not found)").splitlines()
+    lines += ["    " + s for s in source[:30]] + (["    …"] if len(source) > 30 else [])
+    lines += ["error:", "    " + (result.error or "?"), f"executed notebook: {result.output}", bar]
+    print("\n".join(lines), file=stream, flush=True)
+
+
+def _kernel_env() -> None:
+    """Make the kernel papermill starts this environment's python3 (make setup installs it in sys.prefix)."""
+    share = Path(sys.prefix) / "share" / "jupyter"
+    paths = [str(share)] + [p for p in os.environ.get("JUPYTER_PATH", "").split(os.pathsep) if p]
+    os.environ["JUPYTER_PATH"] = os.pathsep.join(dict.fromkeys(paths))
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+
+
+def run_series(notebooks: list[Path], *, params: dict[str, object] | None = None, engine: str = "auto", quick: bool = True,
+               out_dir: Path | None = None, progress: bool = True) -> list[NotebookResult]:
+    """Execute `notebooks` in order. Each gets the parameters it declares; all get quick/interactive/engine."""
+    import papermill
+    from tqdm.auto import tqdm
+
+    from .params import engine_name
+
+    params = dict(params or {})
+    refuse_secrets(params)
+    engine = engine_name(engine)
+    declared = {nb: declared_parameters(nb) for nb in notebooks}
+    everywhere = set().union(*[set(d) for d in declared.values()]) if declared else set()
+    unknown = sorted(set(params) - everywhere)
+    if unknown:
+        raise BadInput("parameter", unknown[0], "allowed: " + ", ".join(sorted(everywhere)))
+    if out_dir is None:
+        out_dir = RUNS_DIR / datetime.now().strftime("%Y%m%d-%H%M%S")
+        latest = RUNS_DIR / "latest"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        if latest.is_symlink() or latest.exists():
+            latest.unlink()
+        latest.symlink_to(out_dir.name)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _kernel_env()
+    results = []
+    bar = tqdm(notebooks, desc="labs", unit="notebook", disable=not progress, file=sys.stderr)
+    for nb in bar:
+        bar.set_postfix_str(nb.stem)
+        given = {"quick": quick, "interactive": False, "engine": engine, **params}
+        mine = {k: v for k, v in given.items() if k in declared[nb]}
+        output = out_dir / nb.name
+        start = time.perf_counter()
+        try:
+            papermill.execute_notebook(str(nb), str(output), parameters=mine, kernel_name="python3", cwd=str(nb.parent),
+                                       progress_bar=False, log_output=False, execution_timeout=CELL_TIMEOUT_S)
+            result = NotebookResult(nb.stem, "ok", time.perf_counter() - start, output)
+        except Exception as exc:  # papermill's PapermillExecutionError, a dead kernel, a timeout
+            error, source = _failure_details(output, exc)
+            result = NotebookResult(nb.stem, "failed", time.perf_counter() - start, output, error, source)
+        results.append(result)
+        tqdm.write(f"  {result.status:<6} {result.name:<28} {result.wall_s:7.1f} s  {result.output}", file=sys.stdout)
+        if result.status != "ok":
+            _print_failure(result)
+    bar.close()
+    return results
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    params = {}
+    for name, value in args.param or []:
+        params[name] = parse_value(value)
+    notebooks = discover(args.only)
+    if not notebooks:
+        raise LabsError(f"no lab notebooks found in {NOTEBOOKS_DIR}")
+    results = run_series(notebooks, params=params, engine=args.engine, quick=not args.full,
+                         out_dir=Path(args.out) if args.out else None)
+    failed = [r for r in results if r.status != "ok"]
+    total = sum(r.wall_s for r in results)
+    print(f"{len(results) - len(failed)}/{len(results)} notebooks ok in {total:.1f} s; executed copies in {results[0].output.parent}")
+    return 1 if failed else 0
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("run", help="execute the lab notebooks headlessly (papermill)")
+    p.add_argument("--only", help="comma-separated lab numbers, e.g. 01,03")
+    p.add_argument("--engine", default="auto", help="auto (default), llamacpp or vllm")
+    p.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"), help="a notebook parameter")
+    p.add_argument("--out", help="folder for the executed notebooks (default runs/<timestamp>)")
+    p.add_argument("--full", action="store_true", help="full sizes instead of quick ones")
+    p.set_defaults(func=cmd_run)

@@ -1,0 +1,71 @@
+"""The kv / capacity / models commands, as a user runs them."""
+
+import json
+
+import pytest
+from conftest import FIXTURES, assert_one_line_error, run_cli
+
+
+def test_kv_json_llama2_7b():
+    proc = run_cli("kv", "--model", "llama-2-7b", "--seq-len", "2048", "--kv-dtype", "fp16", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["kv_bytes"] == 1_073_741_824 and out["kv_bytes_per_token"] == 524_288 and out["kv_bytes_per_rank"] == 1_073_741_824
+
+
+def test_kv_json_deepseek_and_tp():
+    out = json.loads(run_cli("kv", "--model", "deepseek-v3", "--seq-len", "1", "--kv-dtype", "bf16", "--json").stdout)
+    assert out["kv_bytes_per_token"] == 70_272
+    out = json.loads(run_cli("kv", "--model", "llama-3.1-70b", "--seq-len", "4096", "--batch", "4", "--tp", "4",
+                             "--kv-dtype", "bf16", "--block-size", "16", "--json").stdout)
+    assert out["kv_bytes"] == 4 * out["kv_bytes_per_rank"] == 4 * 4096 * 327_680
+    assert out["kv_bytes_paged"] == out["kv_bytes"]
+
+
+def test_kv_table_is_readable():
+    proc = run_cli("kv", "--model", "llama-2-7b", "--seq-len", "2048")
+    assert proc.returncode == 0 and "1,073,741,824 B (1.00 GiB)" in proc.stdout
+
+
+def test_kv_from_a_config_file():
+    out = json.loads(run_cli("kv", "--model", str(FIXTURES / "hf_configs" / "llama-2-7b.json"), "--seq-len", "2048", "--json").stdout)
+    assert out["kv_bytes"] == 1_073_741_824
+
+
+def test_kv_engine_layout_json():
+    out = json.loads(run_cli("kv", "--model", "gemma-3-270m", "--engine", "llamacpp", "--ctx", "4096", "--parallel", "2", "--json").stdout)
+    assert out["kv_bytes"] == 42 * 2**20
+    assert [(c["kind"], c["cells"], c["kv_bytes"]) for c in out["caches"]] == [("full", 2048, 12 * 2**20), ("swa", 1024, 30 * 2**20)]
+
+
+def test_capacity_json():
+    proc = run_cli("capacity", "--model", "llama-3.1-8b", "--available-kv-gib", "3.8125", "--max-model-len", "20000", "--json")
+    out = json.loads(proc.stdout)
+    assert (out["num_blocks"], out["kv_cache_tokens"], round(out["max_concurrency"], 2)) == (1952, 31232, 1.56)
+    proc = run_cli("capacity", "--model", "llama-2-7b", "--gpu", "A100-80GB", "--max-model-len", "4096", "--json")
+    out = json.loads(proc.stdout)
+    assert out["kv_cache_tokens"] == out["num_blocks"] * 16 and out["gpu"] == "A100-80GB"
+
+
+def test_models_lists_the_catalogue():
+    out = json.loads(run_cli("models", "--json").stdout)
+    assert len(out) >= 20 and any(r["id"] == "deepseek-ai/DeepSeek-V3" and r["attention"] == "MLA" for r in out)
+
+
+@pytest.mark.parametrize("args,needles", [
+    (["kv", "--model", "gpt-9", "--seq-len", "10"], ["gpt-9", "allowed"]),
+    (["kv", "--model", "llama-2-7b", "--seq-len", "-5"], ["-5", "integer"]),
+    (["kv", "--model", "llama-2-7b", "--seq-len", "abc"], ["abc"]),
+    (["kv", "--model", "llama-2-7b", "--seq-len", "100", "--kv-dtype", "fp7"], ["fp7", "fp16"]),
+    (["kv", "--model", "llama-2-7b", "--seq-len", "100", "--tp", "3"], ["3", "divisor"]),
+    (["kv", "--model", "llama-2-7b"], ["--seq-len"]),
+    (["kv", "--model", "gemma-3-270m", "--engine", "llamacpp"], ["--ctx"]),
+    (["kv", "--model", "llama-2-7b", "--seq-len", "10", "--engine", "tgi"], ["tgi"]),
+    (["capacity", "--model", "llama-2-7b", "--gpu", "RTX-9999", "--max-model-len", "100"], ["RTX-9999", "H100"]),
+    (["capacity", "--model", "llama-2-7b", "--gpu", "L4", "--max-model-len", "100", "--gpu-memory-utilization", "1.5"], ["1.5"]),
+    (["capacity", "--model", "llama-2-7b", "--max-model-len", "100"], ["--gpu"]),
+    (["capacity", "--model", "llama-2-7b", "--gpu", "L4", "--max-model-len", "100", "--overhead-gib", "x"], ["x"]),
+    (["frobnicate"], ["frobnicate"]),
+])
+def test_bad_input_exits_2_with_one_line(args, needles):
+    assert_one_line_error(run_cli(*args), *needles)

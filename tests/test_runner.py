@@ -1,0 +1,45 @@
+"""The headless runner's parsing and refusals (notebook execution itself: test_notebooks.py)."""
+
+import pytest
+from conftest import assert_one_line_error, run_cli
+
+from labs_lib import runner
+from labs_lib.errors import BadInput
+
+
+def test_discover_orders_and_filters():
+    found = runner.discover()
+    assert [p.name[:2] for p in found] == sorted(p.name[:2] for p in found) and found
+    assert runner.discover("1")[0].name.startswith("01_")
+    with pytest.raises(BadInput, match="99"):
+        runner.discover("01,99")
+
+
+@pytest.mark.parametrize("text,value", [("true", True), ("False", False), ("12", 12), ("0.5", 0.5), ("[1, 2]", [1, 2]),
+                                        ("llama-2-7b", "llama-2-7b"), ("none", None)])
+def test_parse_value(text, value):
+    assert runner.parse_value(text) == value
+
+
+@pytest.mark.parametrize("name", ["api_key", "TAOTOKEN_API_KEY", "token", "password", "auth_header"])
+def test_secret_named_parameters_are_refused(name):
+    with pytest.raises(BadInput, match="environment"):
+        runner.refuse_secrets({name: "x"})
+
+
+def test_secret_looking_values_are_refused_and_not_echoed():
+    with pytest.raises(BadInput) as info:
+        runner.refuse_secrets({"model": "sk-abcdefghijklmnop1234"})
+    assert "sk-abcdefghijklmnop1234" not in str(info.value)
+
+
+def test_cli_refuses_secret_parameter_before_running():
+    proc = run_cli("run", "--only", "01", "-p", "api_key", "sk-canary-1234567890")
+    assert_one_line_error(proc, "api_key", "environment")
+    assert "sk-canary-1234567890" not in proc.stdout + proc.stderr
+
+
+def test_cli_unknown_parameter_and_lab():
+    assert_one_line_error(run_cli("run", "--only", "01", "-p", "no_such_param", "1"), "no_such_param")
+    assert_one_line_error(run_cli("run", "--only", "42"), "42")
+    assert_one_line_error(run_cli("run", "--only", "01", "--engine", "tgi"), "tgi")

@@ -174,9 +174,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_capacity)
 
-    from . import runner
+    from . import runner, serve
 
     runner.add_parser(sub)
+    serve.add_parser(sub)
     return parser
 
 

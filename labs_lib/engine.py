@@ -1,0 +1,320 @@
+"""The engine interface the labs program against: llama.cpp on CPU, vLLM on GPU.
+
+start(config) -> wait until ready -> base_url, model_id, allocation, log -> stop().
+Every engine runs as a child process in its own session and is stopped on success, error,
+KeyboardInterrupt, garbage collection and interpreter exit; a child whose parent dies exits
+by itself (it watches its parent).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+import weakref
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import httpx
+
+from .errors import BadInput, EngineError, choice, fraction, positive_int
+from .keys import read_key
+from .paths import cache_dir
+
+ENGINE_KINDS = ("auto", "llamacpp", "vllm")
+
+
+@dataclass
+class EngineConfig:
+    """Serving knobs in the labs' vocabulary; each engine maps them onto its own flags.
+
+    See engine_mapping() for the vLLM <-> llama.cpp table."""
+
+    model: str | None = None  # llama.cpp: a GGUF path (default: the shipped Gemma 3 270M); vLLM: HF id or path
+    served_model_name: str | None = None  # the id clients send (default: gemma-3-270m / the model)
+    ctx: int = 4096  # llama.cpp: total KV cells shared by all slots (n_ctx); each slot gets ctx / parallel
+    parallel: int = 1  # sequences decoded together: llama.cpp slots (n_parallel) / vLLM max_num_seqs
+    kv_cache_dtype: str = "f16"  # llama.cpp: f16, q8_0, q4_0, …; vLLM: auto, fp8, …
+    kv_cache_dtype_v: str | None = None  # llama.cpp: V cache type when it differs from K
+    flash_attention: bool | None = None  # None: the engine decides
+    prompt_cache: bool = True  # reuse KV of earlier prompts (llama.cpp prompt cache / vLLM prefix caching)
+    batch_tokens: int | None = None  # llama.cpp n_batch / vLLM max_num_batched_tokens
+    ubatch_tokens: int | None = None  # llama.cpp n_ubatch
+    threads: int | None = None  # CPU threads (llama.cpp); None: the engine's default
+    swa_full: bool = False  # llama.cpp: full-size sliding-window cache
+    kv_unified: bool = False  # llama.cpp: one KV stream shared by all slots
+    chat_template: str | None = None  # llama.cpp built-in template name; None: gemma for the shipped model
+    memory_limit_mib: int | None = None  # cap on the engine process (RLIMIT_AS); None: 75% of RAM
+    api_key_env: str | None = None  # NAME of the environment variable holding the key, never the key
+    host: str = "127.0.0.1"
+    port: int | None = None  # None: a free port
+    # vLLM only
+    max_model_len: int | None = None
+    gpu_memory_utilization: float | None = None
+    chunked_prefill: bool | None = None
+    attention_backend: str | None = None
+    quantization: str | None = None
+    block_size: int | None = None
+    tensor_parallel_size: int | None = None
+    enforce_eager: bool | None = None
+    extra_args: list[str] = field(default_factory=list)  # vLLM: further `vllm serve` flags, verbatim
+
+    def validated(self) -> EngineConfig:
+        """A copy with numbers converted and checked (CLI values arrive as strings)."""
+        changes: dict = {"ctx": positive_int("ctx", self.ctx, maximum=1 << 31),
+                         "parallel": positive_int("parallel", self.parallel, maximum=1024)}
+        for name in ("batch_tokens", "ubatch_tokens", "threads", "memory_limit_mib", "max_model_len", "block_size",
+                     "tensor_parallel_size"):
+            if getattr(self, name) is not None:
+                changes[name] = positive_int(name, getattr(self, name), maximum=1 << 31)
+        if self.port is not None:
+            changes["port"] = positive_int("port", self.port, maximum=65535)
+        if self.gpu_memory_utilization is not None:
+            changes["gpu_memory_utilization"] = fraction("gpu_memory_utilization", self.gpu_memory_utilization)
+        if self.api_key_env is not None:
+            read_key(self.api_key_env, required=True)
+        return replace(self, **changes)
+
+    def with_(self, **changes) -> EngineConfig:
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """What a running engine reports about itself, for tables and results files."""
+
+    kind: str
+    base_url: str
+    model_id: str
+    pid: int | None
+    log_path: str | None
+
+
+class Engine:
+    """Base class: a server process the labs start, talk to over HTTP, and always stop."""
+
+    kind = "base"
+    health_path = "/health"
+
+    def __init__(self, config: EngineConfig | None = None):
+        self.config = (config or EngineConfig()).validated()
+        self.port: int | None = None
+        self.proc: subprocess.Popen | None = None
+        self.log_path: Path | None = None
+        self.allocation = None
+        self.started_s: float | None = None  # seconds from launch to ready
+        self._finalizer: weakref.finalize | None = None
+
+    # -- to implement
+    def _command(self) -> tuple[list[str], dict[str, str], bytes | None]:
+        """argv, extra environment, bytes for stdin."""
+        raise NotImplementedError
+
+    def _parse_allocation(self, log_text: str):
+        return None
+
+    def _start_error(self, log_text: str) -> str:
+        lines = [ln for ln in log_text.splitlines() if ln.strip()]
+        return lines[-1] if lines else "no output"
+
+    @property
+    def model_id(self) -> str:
+        raise NotImplementedError
+
+    # -- common
+    @property
+    def root_url(self) -> str:
+        return f"http://{self.config.host}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI base URL (the SDK appends /chat/completions)."""
+        return f"{self.root_url}/v1"
+
+    @property
+    def api_key(self) -> str | None:
+        return read_key(self.config.api_key_env)
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def info(self) -> EngineInfo:
+        return EngineInfo(self.kind, self.base_url, self.model_id, self.pid, str(self.log_path) if self.log_path else None)
+
+    def is_running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self, timeout_s: float = 120.0) -> Engine:
+        if self.is_running():
+            return self
+        self.port = self.config.port or free_port(self.config.host)
+        argv, env, stdin = self._command()
+        logs = cache_dir() / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        _prune(logs, keep=60)
+        self.log_path = logs / f"{self.kind}-{self.port}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+        started = time.perf_counter()
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+                                         env={**os.environ, **env}, start_new_session=True)
+        self._finalizer = weakref.finalize(self, _terminate_group, self.proc)
+        try:
+            with contextlib.suppress(BrokenPipeError):  # a child that died at once: _wait_ready reports why
+                if stdin is not None:
+                    self.proc.stdin.write(stdin)
+                self.proc.stdin.close()
+            self._wait_ready(timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        self.started_s = time.perf_counter() - started
+        self.allocation = self._parse_allocation(self.log_text())
+        return self
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        with httpx.Client(timeout=2.0, trust_env=False) as client:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise EngineError(f"{self.kind} failed to start: {self._start_error(self.log_text())} (log: {self.log_path})")
+                with contextlib.suppress(httpx.HTTPError):
+                    if client.get(self.root_url + self.health_path).status_code == 200:
+                        return
+                time.sleep(0.05)
+        raise EngineError(f"{self.kind} was not ready after {timeout_s:.0f} s (log: {self.log_path})")
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        """Stop the server and everything it started; safe to call twice."""
+        if self.proc is not None:
+            _terminate_group(self.proc, grace_s)
+        if self._finalizer is not None:
+            self._finalizer.detach()
+            self._finalizer = None
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace") if self.log_path else ""
+        except OSError:
+            return ""
+
+    def log_tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+    def resident_bytes(self) -> int | None:
+        """Resident memory of the engine process and its children (bytes)."""
+        import psutil
+
+        if not self.is_running():
+            return None
+        try:
+            root = psutil.Process(self.proc.pid)
+            return sum(p.memory_info().rss for p in [root, *root.children(recursive=True)])
+        except psutil.Error:
+            return None
+
+    def client(self, **kwargs):
+        """An openai.OpenAI client for this engine, with retries off (a retry would hide failures)."""
+        from openai import OpenAI
+
+        return OpenAI(base_url=self.base_url, api_key=self.api_key or "not-needed", max_retries=0, **kwargs)
+
+    def __enter__(self) -> Engine:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = f"running pid {self.pid} at {self.base_url}" if self.is_running() else "stopped"
+        return f"<{type(self).__name__} {self.model_id if self.port else ''} {state}>"
+
+
+def _terminate_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
+    """SIGTERM the child's process group, then SIGKILL after grace_s."""
+    if proc.poll() is not None:
+        return
+    try:
+        pgid = os.getpgid(proc.pid)
+    except ProcessLookupError:
+        return
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, sig)
+        try:
+            proc.wait(wait_s)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    with contextlib.suppress(ProcessLookupError):  # grandchildren of an already-dead leader
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _prune(folder: Path, keep: int) -> None:
+    files = sorted(folder.glob("*.log"), key=lambda p: p.stat().st_mtime)
+    for old in files[:-keep]:
+        with contextlib.suppress(OSError):
+            old.unlink()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """True when nothing listens on the port and a new server could bind it.
+
+    Connections the old server closed may linger in TIME_WAIT; servers bind with SO_REUSEADDR,
+    so that does not count as bound."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.settimeout(0.5)
+        if probe.connect_ex((host, port)) == 0:
+            return False
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+            return True
+        except OSError:
+            return False
+
+
+def resolve_kind(kind: str = "auto") -> str:
+    """auto -> vllm when vLLM is installed and a GPU answers, else llamacpp."""
+    kind = choice("engine", kind, ENGINE_KINDS)
+    if kind != "auto":
+        return kind
+    import importlib.util
+
+    from .gpu import read_gpus
+
+    if importlib.util.find_spec("vllm") is not None and read_gpus()[0]:
+        return "vllm"
+    return "llamacpp"
+
+
+def make_engine(kind: str = "auto", config: EngineConfig | None = None, **changes) -> Engine:
+    """An engine of `kind` (not started). `changes` override config fields."""
+    config = (config or EngineConfig()).with_(**changes) if changes else (config or EngineConfig())
+    kind = resolve_kind(kind)
+    if kind == "llamacpp":
+        from .llamacpp_engine import LlamaCppEngine
+
+        return LlamaCppEngine(config)
+    from .vllm_engine import VLLMEngine
+
+    return VLLMEngine(config)
+
+
+def check_kind(kind: str) -> str:
+    if kind not in ENGINE_KINDS:
+        raise BadInput("engine", kind, "allowed: " + ", ".join(ENGINE_KINDS))
+    return kind

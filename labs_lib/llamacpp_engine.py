@@ -1,0 +1,138 @@
+"""The embedded engine: llama.cpp's server (xllamacpp) serving a GGUF, as a managed child process."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .engine import Engine, EngineConfig
+from .errors import BadInput
+from .keys import read_key
+from .model_files import MODEL_ID, default_model_path
+
+_CACHE = re.compile(
+    r"llama_kv_cache: size =\s*([\d.]+) MiB \(\s*(\d+) cells,\s*(\d+) layers,\s*(\d+)/(\d+) seqs\), "
+    r"K \((\w+)\):\s*([\d.]+) MiB, V \((\w+)\):\s*([\d.]+) MiB")
+_CREATING = re.compile(r"llama_kv_cache_iswa: creating\s+(non-SWA|SWA) KV cache, size = (\d+) cells")
+_CONTEXT = re.compile(r"llama_context: (n_ctx|n_ctx_seq|n_batch|n_ubatch|flash_attn|kv_unified|n_seq_max)\s+= (\S+)")
+_SLOTS = re.compile(r"initializing, n_slots = (\d+), n_ctx_slot = (\d+)")
+_TAG = re.compile(r"^(?:srv|cmn|slot|spec|main|log)\s+")  # llama.cpp's component tags
+
+
+@dataclass(frozen=True)
+class LoggedCache:
+    """One `llama_kv_cache: size = …` line."""
+
+    kind: str  # "full" or "swa"
+    size_mib: str  # as printed, two decimals
+    cells: int
+    layers: int
+    seqs: int
+    type_k: str
+    k_mib: str
+    type_v: str
+    v_mib: str
+
+
+@dataclass
+class LlamaCppAllocation:
+    """What llama.cpp logged about its context and KV caches at start-up."""
+
+    n_ctx: int | None = None
+    n_ctx_seq: int | None = None
+    n_batch: int | None = None
+    n_ubatch: int | None = None
+    n_slots: int | None = None
+    flash_attn: str | None = None  # as requested: auto, enabled, disabled
+    flash_attn_resolved: bool | None = None  # what "auto" became
+    kv_unified: bool | None = None
+    caches: list[LoggedCache] = field(default_factory=list)
+
+    @property
+    def kv_mib(self) -> float:
+        return sum(float(c.size_mib) for c in self.caches)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "kv_mib": round(self.kv_mib, 2)}
+
+
+def parse_allocation(log_text: str) -> LlamaCppAllocation:
+    out = LlamaCppAllocation()
+    kind = "full"
+    for line in log_text.splitlines():
+        if m := _CREATING.search(line):
+            kind = "full" if m.group(1) == "non-SWA" else "swa"
+        elif m := _CACHE.search(line):
+            out.caches.append(LoggedCache(kind, m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(5)),
+                                          m.group(6), m.group(7), m.group(8), m.group(9)))
+        elif m := _CONTEXT.search(line):
+            key, value = m.group(1), m.group(2)
+            if key == "flash_attn":
+                out.flash_attn = value
+            elif key == "kv_unified":
+                out.kv_unified = value == "true"
+            elif key != "n_seq_max":
+                setattr(out, key, int(value))
+        elif m := _SLOTS.search(line):
+            out.n_slots = int(m.group(1))
+        elif "Flash Attention enabled" in line:
+            out.flash_attn_resolved = True
+        elif "Flash Attention not supported" in line or "flash_attn = disabled" in line:
+            out.flash_attn_resolved = False
+    if out.flash_attn == "disabled":
+        out.flash_attn_resolved = False
+    return out
+
+
+def first_error(log_text: str) -> str:
+    """The engine's own words for a failed start: its first error-level line, else the last line."""
+    for line in log_text.splitlines():
+        stamp, marker, rest = line.partition(" E ")
+        if marker and stamp.replace(".", "").isdigit():
+            return _TAG.sub("", rest.strip())
+        if line.startswith("launcher: error:"):
+            return line.removeprefix("launcher: error:").strip()
+    lines = [ln for ln in log_text.splitlines() if ln.strip()]
+    return lines[-1].strip() if lines else "no output"
+
+
+class LlamaCppEngine(Engine):
+    """llama.cpp's OpenAI-compatible server on CPU. The configuration's vocabulary maps onto CommonParams."""
+
+    kind = "llamacpp"
+
+    def __init__(self, config: EngineConfig | None = None):
+        super().__init__(config)
+        cfg = self.config
+        self.model_path = Path(cfg.model).expanduser() if cfg.model else default_model_path()
+        if not self.model_path.is_file():
+            raise BadInput("model file", str(self.model_path), "allowed: a path to an existing .gguf file")
+        kv_types = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")
+        for name in ("kv_cache_dtype", "kv_cache_dtype_v"):
+            value = getattr(cfg, name)
+            if value is not None and value.lower() not in kv_types:
+                raise BadInput(name, value, "allowed for llama.cpp: " + ", ".join(kv_types))
+        shipped = cfg.model is None
+        self._model_id = cfg.served_model_name or (MODEL_ID if shipped else self.model_path.stem)
+        self._chat_template = cfg.chat_template or ("gemma" if shipped else None)
+
+    @property
+    def model_id(self) -> str:
+        return self._model_id
+
+    def _command(self):
+        cfg = self.config
+        if cfg.api_key_env:
+            read_key(cfg.api_key_env, required=True)
+        payload = {**cfg.to_dict(), "model_path": str(self.model_path), "served_model_name": self._model_id,
+                   "chat_template": self._chat_template, "port": self.port}
+        return [sys.executable, "-m", "labs_lib.llamacpp_launcher"], {"PYTHONUNBUFFERED": "1"}, json.dumps(payload).encode()
+
+    def _parse_allocation(self, log_text: str) -> LlamaCppAllocation:
+        return parse_allocation(log_text)
+
+    def _start_error(self, log_text: str) -> str:
+        return first_error(log_text)

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -193,7 +194,7 @@ def test_api_key_is_enforced_and_never_logged(monkeypatch):
         assert httpx.post(e.base_url + "/chat/completions", json=body).status_code == 401
         ok = httpx.post(e.base_url + "/chat/completions", json=body, headers={"Authorization": f"Bearer {e.api_key}"})
         assert ok.status_code == 200
-        argv = open(f"/proc/{e.pid}/cmdline", "rb").read().decode(errors="replace")
+        argv = Path(f"/proc/{e.pid}/cmdline").read_bytes().decode(errors="replace")
     assert "canary" not in argv and "canary" not in e.log_text()
 
 
@@ -272,8 +273,8 @@ def test_serve_bad_input_is_one_line():
 
 def _is_launcher_of(pid: int, parent: int) -> bool:
     try:
-        stat = open(f"/proc/{pid}/stat").read()
-        cmd = open(f"/proc/{pid}/cmdline", "rb").read()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
     return int(stat.split(")")[-1].split()[1]) == parent and b"llamacpp_launcher" in cmd
@@ -293,7 +294,7 @@ def _launchers() -> set[int]:
     for p in os.listdir("/proc"):
         if p.isdigit():
             try:
-                if b"llamacpp_launcher" in open(f"/proc/{p}/cmdline", "rb").read() and not gone(int(p), 0):
+                if b"llamacpp_launcher" in Path(f"/proc/{p}/cmdline").read_bytes() and not gone(int(p), 0):
                     found.add(int(p))
             except OSError:
                 pass

@@ -116,6 +116,21 @@ def _kernel_env() -> None:
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
 
 
+def _kernel_manager_class() -> dict:
+    """nbclient's kernel manager with IPC sockets: same-machine only, no TCP ports (nor warnings about them).
+
+    nbclient still creates, owns and shuts down each kernel."""
+    if os.name != "posix":
+        return {}
+    from jupyter_client.manager import AsyncKernelManager
+    from traitlets import CaselessStrEnum
+
+    class IPCKernelManager(AsyncKernelManager):
+        transport = CaselessStrEnum(["tcp", "ipc"], default_value="ipc")
+
+    return {"kernel_manager_class": IPCKernelManager}
+
+
 def run_series(notebooks: list[Path], *, params: dict[str, object] | None = None, engine: str = "auto", quick: bool = True,
                out_dir: Path | None = None, progress: bool = True) -> list[NotebookResult]:
     """Execute `notebooks` in order. Each gets the parameters it declares; all get quick/interactive/engine."""
@@ -151,7 +166,8 @@ def run_series(notebooks: list[Path], *, params: dict[str, object] | None = None
         start = time.perf_counter()
         try:
             papermill.execute_notebook(str(nb), str(output), parameters=mine, kernel_name="python3", cwd=str(nb.parent),
-                                       progress_bar=False, log_output=False, execution_timeout=CELL_TIMEOUT_S)
+                                       progress_bar=False, log_output=False, execution_timeout=CELL_TIMEOUT_S,
+                                       **_kernel_manager_class())
             result = NotebookResult(nb.stem, "ok", time.perf_counter() - start, output)
         except Exception as exc:  # papermill's PapermillExecutionError, a dead kernel, a timeout
             error, source = _failure_details(output, exc)

@@ -174,10 +174,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_capacity)
 
-    from . import runner, serve
+    from . import bench, runner, serve
 
     runner.add_parser(sub)
     serve.add_parser(sub)
+    bench.add_parser(sub)
     return parser
 
 

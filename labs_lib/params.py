@@ -42,3 +42,42 @@ def lab01(*, model, compare_models, seq_len, batch, kv_dtype, gpu, gpu_memory_ut
 
 def engine_name(value: object) -> str:
     return choice("engine", value, ENGINES)
+
+
+def int_list(what: str, value: object, *, maximum: int = 1_000_000) -> list[int]:
+    if not isinstance(value, (list, tuple)) or not value:
+        raise BadInput(what, value, "allowed: a non-empty list of integers >= 1")
+    return [positive_int(what, v, maximum=maximum) for v in value]
+
+
+def lab02(*, endpoint, model, engine, slots, prompt_tokens, max_tokens, repeats, prompt_lengths, max_tokens_list,
+          kv_demo_tokens, concurrency_levels, requests_per_level, quick, interactive) -> SimpleNamespace:
+    from .endpoints import BUILTIN, check_url
+
+    if not isinstance(endpoint, str) or (endpoint not in BUILTIN and "://" not in endpoint):
+        raise BadInput("endpoint", endpoint, "allowed: " + ", ".join(BUILTIN) + ", or an http(s):// base URL")
+    if "://" in endpoint:
+        check_url(endpoint)
+    if model is not None and not isinstance(model, str):
+        raise BadInput("model", model, "allowed: None or a model id string")
+    quick = flag("quick", quick)
+    p = SimpleNamespace(
+        endpoint=endpoint, model=model, engine=engine_name(engine), slots=positive_int("slots", slots, maximum=64),
+        prompt_tokens=positive_int("prompt_tokens", prompt_tokens, maximum=100_000),
+        max_tokens=positive_int("max_tokens", max_tokens, maximum=100_000), repeats=positive_int("repeats", repeats, maximum=100),
+        prompt_lengths=int_list("prompt_lengths", prompt_lengths, maximum=100_000),
+        max_tokens_list=int_list("max_tokens_list", max_tokens_list, maximum=100_000),
+        kv_demo_tokens=positive_int("kv_demo_tokens", kv_demo_tokens, maximum=4096),
+        concurrency_levels=int_list("concurrency_levels", concurrency_levels, maximum=1024),
+        requests_per_level=positive_int("requests_per_level", requests_per_level, maximum=100_000),
+        quick=quick, interactive=flag("interactive", interactive))
+    if quick:  # small sizes for CI: the same experiments, fewer and shorter requests
+        p.repeats = min(p.repeats, 2)
+        p.prompt_lengths = [n for n in p.prompt_lengths if n <= 256][:2] or [32]
+        p.max_tokens_list = [m for m in p.max_tokens_list if m <= 64][:2] or [16]
+        p.kv_demo_tokens = min(p.kv_demo_tokens, 24)
+        p.concurrency_levels = sorted({1, min(p.slots, 8), min(2 * p.slots, 8)})  # below, at and past the slots
+        p.requests_per_level = min(p.requests_per_level, 8)
+        p.max_tokens = min(p.max_tokens, 32)
+        p.prompt_tokens = min(p.prompt_tokens, 64)
+    return p

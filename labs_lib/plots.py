@@ -104,3 +104,110 @@ def capacity_figure(model: str, gpus: list[str], max_model_lens: list[int], *, k
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+# ---------------------------------------------------------------- lab 02: timing
+
+
+def _chunk_kind(line: str) -> str:
+    import json
+
+    if "[DONE]" in line:
+        return "[DONE]"
+    try:
+        obj = json.loads(line[5:])
+    except ValueError:
+        return "other"
+    if not obj.get("choices"):
+        return "usage" if obj.get("usage") else "other"
+    c0 = obj["choices"][0]
+    delta = c0.get("delta") or {}
+    if delta.get("content"):
+        return "content"
+    if c0.get("finish_reason"):
+        return "finish"
+    return "role" if delta.get("role") else "other"
+
+
+def stream_anatomy_figure(trace: list[tuple[float, str]], ttft_ms: float | None = None):
+    """Every SSE line of one response on a time axis, by kind (role, content, finish, usage, [DONE])."""
+    kinds = ["role", "content", "finish", "usage", "[DONE]", "other"]
+    fig, ax = plt.subplots(figsize=(10, 2.6))
+    for y, kind in enumerate(kinds):
+        xs = [t * 1000 for t, line in trace if _chunk_kind(line) == kind]
+        ax.scatter(xs, [y] * len(xs), s=18, label=kind)
+    if ttft_ms is not None:
+        ax.axvline(ttft_ms, color="red", ls="--", lw=1)
+        ax.text(ttft_ms, len(kinds) - 0.6, f" TTFT {ttft_ms:.0f} ms", color="red", fontsize=8)
+    ax.set_yticks(range(len(kinds)), kinds)
+    ax.set(xlabel="ms after the request was sent", title="Anatomy of one streamed response")
+    ax.grid(alpha=0.3, axis="x")
+    fig.tight_layout()
+    return fig
+
+
+def prefill_decode_figure(prompt_df, max_tokens_df):
+    """TTFT against prompt length (prefill) and TPOT against max_tokens (decode)."""
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.6))
+    a.plot(prompt_df["prompt_tokens"], prompt_df["ttft_ms"], marker="o")
+    a.set(xlabel="prompt tokens", ylabel="TTFT p50 (ms)", title="Prefill: TTFT grows with the prompt")
+    b.plot(max_tokens_df["output_tokens"], max_tokens_df["tpot_ms"], marker="o", label="TPOT")
+    b.set(xlabel="output tokens", ylabel="TPOT p50 (ms)", title="Decode: cost per token stays flat", ylim=(0, None))
+    b2 = b.twinx()
+    b2.plot(max_tokens_df["output_tokens"], max_tokens_df["e2e_ms"] / 1000, marker="s", color="C1", label="E2E")
+    b2.set_ylabel("E2E p50 (s)", color="C1")
+    for ax in (a, b):
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def kv_on_off_figure(df):
+    """Per-token cost and its running total, with and without the KV cache."""
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.6))
+    a.plot(df["context_tokens"], df["without_cache_ms"], label="no cache: recompute the whole context")
+    a.plot(df["context_tokens"], df["with_cache_ms"], label="KV cache: one new token")
+    a.set(xlabel="context length (tokens)", ylabel="ms for this token", title="Per-token cost", ylim=(0, None))
+    a.legend(fontsize=8)
+    b.plot(range(1, len(df) + 1), df["without_cache_ms"].cumsum() / 1000, label="no cache (quadratic)")
+    b.plot(range(1, len(df) + 1), df["with_cache_ms"].cumsum() / 1000, label="KV cache (linear)")
+    b.set(xlabel="tokens generated", ylabel="total seconds", title="Cumulative cost")
+    b.legend(fontsize=8)
+    for ax in (a, b):
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def concurrency_figure(table, slots: int | None = None):
+    """Throughput and TTFT p50/p99 against concurrency."""
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.6))
+    a.plot(table["concurrency"], table["output_throughput"], marker="o")
+    a.set(xlabel="concurrent requests", ylabel="output tokens/s", title="Throughput", ylim=(0, None))
+    b.plot(table["concurrency"], table["p50_ttft_ms"], marker="o", label="TTFT p50")
+    b.plot(table["concurrency"], table["p99_ttft_ms"], marker="s", label="TTFT p99")
+    b.set(xlabel="concurrent requests", ylabel="ms", title="Latency to first token", ylim=(0, None))
+    for ax in (a, b):
+        if slots:
+            ax.axvline(slots, color="grey", ls="--", lw=1)
+            ax.text(slots, ax.get_ylim()[1] * 0.95, " slots", color="grey", fontsize=8, va="top")
+        ax.grid(alpha=0.3)
+    b.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def roofline_figure(rows):
+    """Measured tokens/s against the bandwidth bound, one bar pair per configuration."""
+    import numpy as np
+
+    labels = [r["what"] for r in rows]
+    x = np.arange(len(rows))
+    fig, ax = plt.subplots(figsize=(9, 3.4))
+    ax.bar(x - 0.2, [r["bound_tokens_per_s"] for r in rows], width=0.4, label="bandwidth bound")
+    ax.bar(x + 0.2, [r.get("measured_tokens_per_s") or 0 for r in rows], width=0.4, label="measured")
+    ax.set_xticks(x, labels, fontsize=8)
+    ax.set(ylabel="decode tokens/s (one sequence)", title="Decode against the memory-bandwidth roofline")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,171 @@
+"""diagnose(): what went wrong, in the doctor's words.
+
+Takes an exception the openai SDK, httpx or user code raised, an error body (dict or JSON text),
+a harness record's error string, or a finish_reason, and returns a Diagnosis: a short code, the
+cause, the fix, and the evidence (keys masked). `python -m labs_lib doctor` uses the same
+vocabulary.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from .keys import mask
+
+_KEYISH = re.compile(r"\b((?:sk|rk|pk)-[A-Za-z0-9_\-]{6,})")
+
+
+def redact(text: str) -> str:
+    """Mask anything that looks like a key."""
+    return _KEYISH.sub(lambda m: mask(m.group(1)), str(text))
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    code: str
+    cause: str
+    fix: str
+    evidence: str = ""
+
+    def __str__(self) -> str:
+        return f"[{self.code}] {self.cause} Fix: {self.fix}"
+
+
+RULES: dict[str, tuple[str, str]] = {
+    "auth": ("the server rejected the key (401): it is missing, wrong, revoked, or meant for another service.",
+             "export the right key in the variable the client reads (no quotes, spaces or 'Bearer ' prefix) and check it in the provider's console."),
+    "forbidden": ("the key is valid but not allowed to do this (403): the model or feature is not enabled for it.",
+                  "use a model the key may call, or enable it in the provider's console."),
+    "connection_refused": ("nothing is listening at that host and port: the server is not running, or the port is wrong.",
+                           "start the server (python -m labs_lib serve, vllm serve …) and check the port in the base URL."),
+    "proxy": ("the request went to an HTTP proxy from the environment (HTTP_PROXY/HTTPS_PROXY/ALL_PROXY) that failed or is not running.",
+              "fix or unset the proxy variables, or add the host to NO_PROXY (e.g. NO_PROXY=localhost,127.0.0.1)."),
+    "dns": ("the host name in the base URL does not resolve.", "check the spelling of the host in the base URL and the machine's network/DNS."),
+    "timeout": ("no answer within the client's timeout: the server is overloaded, stalled, or the request is very long.",
+                "raise the timeout for long generations, lower the load, or check the server's health and logs."),
+    "model_not_found": ("the server does not serve a model with that id (404).",
+                        "use an id from GET /v1/models (vLLM: the --served-model-name)."),
+    "base_url_path": ("the URL path does not exist (404): the base URL probably lacks /v1 (the SDK appends only /chat/completions).",
+                      "end the base URL in /v1, e.g. http://localhost:8000/v1 or https://taotoken.net/api/v1."),
+    "context_exceeded": ("the prompt (plus max_tokens) is longer than the model's context for this request (400).",
+                         "shorten the prompt or lower max_tokens; or serve a longer context (--max-model-len / a larger n_ctx per slot)."),
+    "max_tokens": ("max_tokens is larger than the server allows (400).", "lower max_tokens to fit the model's context minus the prompt."),
+    "bad_request": ("the server refused the request's parameters (400).", "read the error message: it names the field; fix that field."),
+    "rate_limit": ("too many requests or tokens for this key right now (429).", "slow down, retry later with backoff, or raise the quota."),
+    "server_error": ("the server failed while handling the request (5xx).", "retry once; if it persists, read the server's log."),
+    "choices_missing": ("the response has no 'choices': it is an error body, and the code read it as a success.",
+                        "check resp.status / 'error' before reading choices; print the whole body."),
+    "choices_empty": ("'choices' was empty: with include_usage the last stream chunk carries only usage.",
+                      "guard with `if chunk.choices:` before chunk.choices[0]; read chunk.usage from that last chunk."),
+    "none_response": ("a helper returned None instead of a response (it caught an exception and carried on).",
+                      "let the exception propagate, or check for None and print the error the helper swallowed."),
+    "stream_as_json": ("a streamed (SSE) body was parsed as one JSON document.",
+                       "iterate the stream (`for chunk in stream`) or send stream=False; SSE lines start with 'data: '."),
+    "truncated": ("generation stopped at max_tokens (finish_reason 'length'): the text is cut off.", "raise max_tokens, or ask for a shorter answer."),
+    "content_filter": ("the provider's content filter stopped the output (finish_reason 'content_filter').", "rephrase the request."),
+    "stream_cut": ("the stream ended early (before [DONE] / the usage chunk): the server died or the connection dropped.",
+                   "check the server's log and health; a client timeout can also cut it."),
+    "unknown": ("an error the doctor does not recognise.", "read the full message and the server's log."),
+}
+
+
+def _make(code: str, evidence: object) -> Diagnosis:
+    cause, fix = RULES[code]
+    return Diagnosis(code, cause, fix, redact(str(evidence))[:300])
+
+
+def _from_status(status: int, message: str) -> str:
+    low = message.lower()
+    if status == 401:
+        return "auth"
+    if status == 403:
+        return "forbidden"
+    if status == 404:
+        return "model_not_found" if "model" in low else "base_url_path"
+    if status == 429:
+        return "rate_limit"
+    if status >= 500:
+        return "server_error"
+    if status in (400, 413, 422):
+        if any(s in low for s in ("exceed_context", "context length", "context size", "maximum context", "too long", "n_ctx")):
+            return "context_exceeded"
+        if "max_tokens" in low or "max_completion_tokens" in low:
+            return "max_tokens"
+        return "bad_request"
+    return "unknown"
+
+
+def _from_text(text: str) -> str:
+    low = text.lower()
+    if m := re.search(r"\bhttp (\d{3})\b|\berror code: (\d{3})\b|status[ _]code[=: ]+(\d{3})", low):
+        return _from_status(int(next(g for g in m.groups() if g)), low)
+    if "proxy" in low:
+        return "proxy"
+    if "connection refused" in low or "errno 111" in low or "connect call failed" in low:
+        return "connection_refused"
+    if "name or service not known" in low or "getaddrinfo" in low or "nodename nor servname" in low or "temporary failure in name" in low:
+        return "dns"
+    if "timed out" in low or "timeout" in low:
+        return "timeout"
+    if "invalid api key" in low or "unauthorized" in low or "incorrect api key" in low:
+        return "auth"
+    if "stream ended before" in low or "incomplete chunked read" in low or "peer closed connection" in low or "server disconnected" in low:
+        return "stream_cut"
+    if "exceed_context" in low or "context length" in low:
+        return "context_exceeded"
+    if "model" in low and ("not exist" in low or "not found" in low):
+        return "model_not_found"
+    return "unknown"
+
+
+def diagnose(obj: object) -> Diagnosis:
+    """Cause and fix for an exception, an error body, a record's error string, or a finish_reason."""
+    if isinstance(obj, BaseException):
+        return _diagnose_exception(obj)
+    if isinstance(obj, dict):
+        err = obj.get("error", obj)
+        message = err.get("message", json.dumps(err)) if isinstance(err, dict) else str(err)
+        status = err.get("code") if isinstance(err, dict) and isinstance(err.get("code"), int) else None
+        return _make(_from_status(status, message) if status else _from_text(message) if "error" in obj else "choices_missing",
+                     json.dumps(obj)[:300])
+    text = str(obj or "").strip()
+    if text in ("length", "content_filter"):
+        return _make("truncated" if text == "length" else "content_filter", f"finish_reason={text!r}")
+    if text.startswith("{"):
+        try:
+            return diagnose(json.loads(text))
+        except json.JSONDecodeError:
+            pass
+    return _make(_from_text(text), text)
+
+
+def _diagnose_exception(exc: BaseException) -> Diagnosis:
+    name = type(exc).__name__
+    text = f"{name}: {exc}"
+    status = getattr(exc, "status_code", None)
+    if isinstance(status, int):  # openai.APIStatusError and subclasses
+        body = getattr(exc, "body", None)
+        message = json.dumps(body) if body is not None else str(exc)
+        return _make(_from_status(status, message + " " + str(exc)), f"{name} {status}: {message}")
+    if isinstance(exc, KeyError) and exc.args and exc.args[0] == "choices":
+        return _make("choices_missing", text)
+    if isinstance(exc, IndexError):
+        return _make("choices_empty", text)
+    if isinstance(exc, AttributeError) and "NoneType" in str(exc):
+        return _make("none_response", text)
+    if isinstance(exc, json.JSONDecodeError) or (isinstance(exc, ValueError) and "data:" in str(getattr(exc, "doc", ""))):
+        return _make("stream_as_json", text)
+    chain = [exc]
+    while chain[-1].__cause__ is not None or chain[-1].__context__ is not None:
+        nxt = chain[-1].__cause__ or chain[-1].__context__
+        if nxt in chain:
+            break
+        chain.append(nxt)
+    full = " | ".join(f"{type(e).__name__}: {e}" for e in chain)
+    if "Timeout" in name or any("Timeout" in type(e).__name__ for e in chain):
+        return _make("timeout", full)
+    if any("Proxy" in type(e).__name__ for e in chain):
+        return _make("proxy", full)
+    return _make(_from_text(full), full)

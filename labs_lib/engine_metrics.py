@@ -1,0 +1,41 @@
+"""An engine's Prometheus /metrics, parsed with prometheus_client, and differences between scrapes."""
+
+from __future__ import annotations
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Sample name -> value, summed over label sets (counters keep their _total suffix)."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[sample.name] = out.get(sample.name, 0.0) + float(sample.value)
+    return out
+
+
+def scrape(root_url: str, headers: dict[str, str] | None = None, timeout_s: float = 10.0) -> dict[str, float]:
+    resp = httpx.get(f"{root_url}/metrics", headers=headers or {}, timeout=timeout_s, trust_env=False)
+    resp.raise_for_status()
+    return parse_metrics(resp.text)
+
+
+def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """after - before for every sample present in `after` (gauges too: read them as changes)."""
+    return {name: value - before.get(name, 0.0) for name, value in after.items()}
+
+
+# The counters that count tokens, per engine: (prompt tokens computed, prompt tokens from cache, output tokens)
+TOKEN_COUNTERS = {
+    "llamacpp": ("llamacpp:prompt_tokens_total", "llamacpp:prompt_tokens_cached_total", "llamacpp:tokens_predicted_total"),
+    "vllm": ("vllm:prompt_tokens_total", None, "vllm:generation_tokens_total"),
+}
+
+
+def token_counts(d: dict[str, float], engine: str = "llamacpp") -> dict[str, int]:
+    """Prompt and output tokens an engine counted, from a delta of two scrapes."""
+    computed, cached, output = TOKEN_COUNTERS[engine]
+    prompt = d.get(computed, 0.0) + (d.get(cached, 0.0) if cached else 0.0)
+    return {"prompt_tokens": int(round(prompt)), "output_tokens": int(round(d.get(output, 0.0))),
+            "prompt_tokens_cached": int(round(d.get(cached, 0.0))) if cached else None}

@@ -1,0 +1,201 @@
+"""Load generation and run summaries: closed loop at fixed concurrency, open loop at a request rate.
+
+Async functions, so a notebook can `await` them at top level and scripts can `asyncio.run` them.
+Open-loop arrivals follow vLLM's benchmark: gamma-distributed gaps with mean 1/rate and shape
+`burstiness` (1 = Poisson).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pandas as pd
+
+from .endpoints import Endpoint
+from .errors import BadInput, LabsError, positive_int, positive_number
+from .timing import TIMEOUT_S, RequestRecord, RequestSpec, ameasure
+
+PERCENTILES = (50, 90, 99)
+
+
+@dataclass(frozen=True)
+class SLO:
+    """Service-level objectives for goodput (ms; None = no limit)."""
+
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2e_ms: float | None = None
+
+    def met(self, r: RequestRecord) -> bool:
+        if not r.ok:
+            return False
+        checks = ((self.ttft_ms, r.ttft_ms), (self.tpot_ms, r.tpot_ms), (self.e2e_ms, r.e2e_ms))
+        return all(limit is None or (value is not None and value <= limit) for limit, value in checks)
+
+
+def _stats(prefix: str, values: list[float]) -> dict[str, float | None]:
+    arr = np.asarray([v for v in values if v is not None], dtype=float)
+    if arr.size == 0:
+        return {f"mean_{prefix}_ms": None, f"std_{prefix}_ms": None, **{f"p{p}_{prefix}_ms": None for p in PERCENTILES}}
+    return {f"mean_{prefix}_ms": float(arr.mean()), f"std_{prefix}_ms": float(arr.std()),
+            **{f"p{p}_{prefix}_ms": float(np.percentile(arr, p)) for p in PERCENTILES}}
+
+
+def summarize(records: list[RequestRecord], duration_s: float, slo: SLO | None = None) -> dict:
+    """Per-run metrics over successful requests (failures counted, never averaged in)."""
+    ok = [r for r in records if r.ok]
+    out_tokens = sum(r.output_tokens or 0 for r in ok)
+    in_tokens = sum(r.prompt_tokens or 0 for r in ok)
+    summary = {
+        "completed": len(ok), "failed": len(records) - len(ok), "duration_s": duration_s,
+        "total_input_tokens": in_tokens, "total_output_tokens": out_tokens,
+        "request_throughput": len(ok) / duration_s if duration_s > 0 else None,
+        "output_throughput": out_tokens / duration_s if duration_s > 0 else None,
+        "total_token_throughput": (in_tokens + out_tokens) / duration_s if duration_s > 0 else None,
+        "tokens_estimated": any(r.tokens_estimated for r in ok),
+    }
+    summary |= _stats("ttft", [r.ttft_ms for r in ok])
+    summary |= _stats("tpot", [r.tpot_ms for r in ok])
+    summary |= _stats("itl", [gap for r in ok for gap in r.itl_ms])
+    summary |= _stats("e2e", [r.e2e_ms for r in ok])
+    if slo is not None:
+        good = sum(slo.met(r) for r in records)
+        summary["goodput"] = good / duration_s if duration_s > 0 else None
+        summary["slo_attainment"] = good / len(records) if records else None
+    errors: dict[str, int] = {}
+    for r in records:
+        if not r.ok:
+            errors[r.error] = errors.get(r.error, 0) + 1
+    summary["errors"] = errors
+    return summary
+
+
+@dataclass
+class LoadResult:
+    """Records of one run, its settings and its summary."""
+
+    records: list[RequestRecord]
+    duration_s: float
+    settings: dict = field(default_factory=dict)
+    slo: SLO | None = None
+
+    @property
+    def summary(self) -> dict:
+        return {**self.settings, **summarize(self.records, self.duration_s, self.slo)}
+
+    @property
+    def df(self) -> pd.DataFrame:
+        return pd.DataFrame([r.to_row() for r in self.records])
+
+    def save(self, path: str | Path) -> tuple[Path, Path]:
+        """One row per request (CSV) and the settings + summary (JSON). No key is ever written."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        rows = self.df.drop(columns=["text"])
+        rows["itl_ms"] = rows["itl_ms"].map(json.dumps)
+        csv_path, json_path = path.with_suffix(".csv"), path.with_suffix(".json")
+        rows.to_csv(csv_path, index=False)
+        json_path.write_text(json.dumps({"summary": self.summary, "slo": asdict(self.slo) if self.slo else None},
+                                        indent=2, default=str))
+        return csv_path, json_path
+
+
+def _client(endpoint: Endpoint, connections: int, timeout_s: float) -> httpx.AsyncClient:
+    # the measurement is of the server: a loopback endpoint never goes through a proxy
+    return httpx.AsyncClient(timeout=timeout_s, trust_env=not endpoint.is_loopback,
+                             limits=httpx.Limits(max_connections=connections, max_keepalive_connections=0))
+
+
+def _progress(total: int, desc: str, enabled: bool):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="req", disable=not enabled, leave=False)
+
+
+async def run_load(endpoint: Endpoint, specs: list[RequestSpec], *, concurrency: int | None = None,
+                   rate: float | None = None, burstiness: float = 1.0, seed: int = 0, slo: SLO | None = None,
+                   timeout_s: float = TIMEOUT_S, progress: bool = True, desc: str = "requests",
+                   settings: dict | None = None) -> LoadResult:
+    """Send `specs`: at most `concurrency` in flight (closed loop), or arriving at `rate` per second
+    (open loop, optionally also capped by concurrency)."""
+    if not specs:
+        raise BadInput("requests", 0, "allowed: at least one request")
+    if concurrency is None and rate is None:
+        raise BadInput("load", "neither concurrency nor rate", "allowed: a concurrency, a request rate, or both")
+    if concurrency is not None:
+        concurrency = positive_int("concurrency", concurrency, maximum=100_000)
+    if rate is not None:
+        rate = positive_number("request rate", rate)
+    burstiness = positive_number("burstiness", burstiness)
+    limit = asyncio.Semaphore(concurrency) if concurrency else None
+    records: list[RequestRecord | None] = [None] * len(specs)
+    bar = _progress(len(specs), desc, progress)
+    async with _client(endpoint, concurrency or len(specs), timeout_s) as client:
+        start = time.perf_counter()
+
+        async def one(i: int, spec: RequestSpec) -> None:
+            async def send():
+                records[i] = await ameasure(client, endpoint, spec, request_id=i, sent_s=time.perf_counter() - start)
+
+            if limit:
+                async with limit:
+                    await send()
+            else:
+                await send()
+            bar.update(1)
+
+        if rate is None:
+            await asyncio.gather(*(one(i, s) for i, s in enumerate(specs)))
+        else:
+            rng = np.random.default_rng(seed)
+            gaps = rng.gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=len(specs))
+            tasks = []
+            for i, (spec, when) in enumerate(zip(specs, np.cumsum(gaps) - gaps[0], strict=True)):
+                delay = start + when - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                tasks.append(asyncio.create_task(one(i, spec)))
+            await asyncio.gather(*tasks)
+        duration = time.perf_counter() - start
+    bar.close()
+    meta = {"endpoint": endpoint.name, "base_url": endpoint.base_url, "model": endpoint.model, "requests": len(specs),
+            "concurrency": concurrency, "request_rate": rate, "burstiness": burstiness if rate else None, **(settings or {})}
+    return LoadResult([r for r in records if r is not None], duration, meta, slo)
+
+
+async def warm_up(endpoint: Endpoint, n: int = 1, max_tokens: int = 4) -> list[RequestRecord]:
+    """A few tiny requests so the first measured one does not pay for cold caches."""
+    async with _client(endpoint, 1, TIMEOUT_S) as client:
+        return [await ameasure(client, endpoint, RequestSpec(f"Warm-up {i}.", max_tokens)) for i in range(n)]
+
+
+def run_blocking(coro):
+    """Run a coroutine from synchronous code (CLI, scripts). In a notebook, `await` it instead."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    coro.close()
+    raise LabsError("an event loop is already running (a notebook?): use `await` instead of run_blocking")
+
+
+def summaries(results: list[LoadResult]) -> pd.DataFrame:
+    """One row per run (e.g. per concurrency level)."""
+    rows = []
+    for res in results:
+        s = dict(res.summary)
+        s.pop("errors", None)
+        rows.append(s)
+    return pd.DataFrame(rows)
+
+
+def median_of_repeats(values: list[float | None]) -> float | None:
+    vals = [v for v in values if v is not None and not math.isnan(v)]
+    return float(np.median(vals)) if vals else None

@@ -1,0 +1,84 @@
+"""The source articles' timing snippets, applied to a recorded stream so they can be compared with
+the harness on exactly the same bytes. Each function reproduces what its snippet would print.
+
+A trace is [(seconds after sending, SSE line), ...] of the non-empty lines (StreamTimer keep_trace),
+and end_s is when the stream closed.
+"""
+
+from __future__ import annotations
+
+import json
+
+
+def _data(line: str) -> dict | None:
+    if not line.startswith("data:") or "[DONE]" in line:
+        return None
+    try:
+        return json.loads(line[5:].strip())
+    except json.JSONDecodeError:
+        return None
+
+
+def seed000_len_over_1_5(trace: list[tuple[float, str]], end_s: float) -> dict:
+    """Seed 000: TTFT at the first chunk with content (right); tokens = len(text) / 1.5 (wrong);
+    TPS = tokens / (end - first). It indexes chunk.choices[0] on every chunk, so with
+    include_usage its loop raises IndexError on the usage-only chunk: it only works without it."""
+    first, text = None, ""
+    for t, line in trace:
+        obj = _data(line)
+        if not obj or not obj.get("choices"):
+            continue
+        content = (obj["choices"][0].get("delta") or {}).get("content")
+        if content:
+            first = t if first is None else first
+            text += content
+    if first is None:
+        return {"ttft_ms": None, "output_tokens": None, "decode_tokens_per_s": None}
+    tokens = len(text) / 1.5
+    return {"ttft_ms": first * 1000, "output_tokens": tokens, "decode_tokens_per_s": tokens / (end_s - first) if end_s > first else None}
+
+
+def seed001_first_chunk(trace: list[tuple[float, str]], end_s: float) -> dict:
+    """Seed 001: TTFT at the first chunk whatever it holds (the role-only chunk counts); no tokens."""
+    first = trace[0][0] if trace else None
+    return {"ttft_ms": first * 1000 if first is not None else None, "output_tokens": None, "decode_tokens_per_s": None}
+
+
+def seed002_data_lines(trace: list[tuple[float, str]], end_s: float) -> dict:
+    """Seed 002: TTFT at the first `data:` line; each `data:` line except [DONE] counts as a token
+    (role chunk, finish chunk and usage chunk included)."""
+    lines = [(t, ln) for t, ln in trace if ln.startswith("data: ") and "[DONE]" not in ln]
+    if not lines:
+        return {"ttft_ms": None, "output_tokens": None, "decode_tokens_per_s": None}
+    first = lines[0][0]
+    return {"ttft_ms": first * 1000, "output_tokens": len(lines),
+            "decode_tokens_per_s": len(lines) / end_s if end_s else None}  # its throughput divides by the whole request
+
+
+def seed003_all_lines(trace: list[tuple[float, str]], end_s: float) -> dict:
+    """Seed 003: every line aiohttp yields counts as a token, the blank line after each SSE event
+    included (aiohttp yields b"\\n", which is truthy), [DONE] too."""
+    events = [(t, ln) for t, ln in trace if ln.startswith("data:")]
+    if not events:
+        return {"ttft_ms": None, "output_tokens": None, "decode_tokens_per_s": None}
+    tokens = 2 * len(events)
+    return {"ttft_ms": events[0][0] * 1000, "output_tokens": tokens, "decode_tokens_per_s": tokens / end_s if end_s else None}
+
+
+def seed004_lines_tpot(trace: list[tuple[float, str]], end_s: float) -> dict:
+    """Seed 004: TTFT at the first non-empty line; TPOT = (end - first) / (lines - 1), every
+    non-empty line a token ([DONE] and the usage chunk included)."""
+    if not trace:
+        return {"ttft_ms": None, "output_tokens": None, "decode_tokens_per_s": None}
+    first, count = trace[0][0], len(trace)
+    tpot_s = (end_s - first) / max(count - 1, 1)
+    return {"ttft_ms": first * 1000, "output_tokens": count, "decode_tokens_per_s": 1 / tpot_s if tpot_s > 0 else None}
+
+
+METHODS = {
+    "seed 000: len(text)/1.5": seed000_len_over_1_5,
+    "seed 001: first chunk": seed001_first_chunk,
+    "seed 002: data lines": seed002_data_lines,
+    "seed 003: all lines": seed003_all_lines,
+    "seed 004: lines, TPOT": seed004_lines_tpot,
+}

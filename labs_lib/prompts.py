@@ -1,0 +1,76 @@
+"""Prompts at controlled token lengths, cut from the prose the project ships (data/texts/).
+
+With a tokenizer (the engine's /tokenize), a prompt of n tokens is exactly n tokens of corpus
+text (the chat template adds its own few). Without one, pieces are words and the length is
+approximate; `usage.prompt_tokens` in every record says what the server counted.
+Each request starts at a different offset, so prompts differ and a prompt cache cannot
+answer them (unless a shared prefix is asked for).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from functools import cache
+
+import httpx
+import numpy as np
+
+from .errors import positive_int
+from .paths import DATA_DIR
+
+Tokenizer = Callable[[str], list[str]]  # text -> token pieces (their concatenation is the text)
+WORDS_PER_TOKEN = 0.75  # English prose, for the word fallback
+
+
+@cache
+def corpus_text(name: str = "corpus.txt") -> str:
+    return (DATA_DIR / "texts" / name).read_text()
+
+
+def engine_tokenizer(root_url: str, headers: dict[str, str] | None = None, timeout_s: float = 30.0) -> Tokenizer:
+    """Token pieces from a llama.cpp server's /tokenize (with_pieces)."""
+
+    def tokenize(text: str) -> list[str]:
+        resp = httpx.post(f"{root_url}/tokenize", json={"content": text, "with_pieces": True, "add_special": False},
+                          headers=headers or {}, timeout=timeout_s, trust_env=False)
+        resp.raise_for_status()
+        return [t["piece"] if isinstance(t["piece"], str) else bytes(t["piece"]).decode(errors="replace")
+                for t in resp.json()["tokens"]]
+
+    return tokenize
+
+
+def token_ids(root_url: str, text: str, headers: dict[str, str] | None = None) -> list[int]:
+    resp = httpx.post(f"{root_url}/tokenize", json={"content": text, "add_special": False}, headers=headers or {},
+                      timeout=30, trust_env=False)
+    resp.raise_for_status()
+    return [t if isinstance(t, int) else t["id"] for t in resp.json()["tokens"]]
+
+
+class PromptFactory:
+    """Distinct prompts of a given token length from the corpus."""
+
+    def __init__(self, tokenizer: Tokenizer | None = None, *, seed: int = 0, corpus: str = "corpus.txt"):
+        text = " ".join(corpus_text(corpus).split())
+        self.exact = tokenizer is not None
+        self.pieces = tokenizer(text) if tokenizer else re.findall(r"\S+\s*", text)
+        self.rng = np.random.default_rng(seed)
+
+    def _span(self, start: int, n_pieces: int) -> str:
+        k = len(self.pieces)
+        return "".join(self.pieces[(start + i) % k] for i in range(n_pieces)).strip()
+
+    def _count(self, n_tokens: int) -> int:
+        return n_tokens if self.exact else max(1, round(n_tokens * WORDS_PER_TOKEN))
+
+    def prompt(self, n_tokens: int, start: int | None = None) -> str:
+        n_tokens = positive_int("prompt tokens", n_tokens, maximum=1_000_000)
+        start = int(self.rng.integers(len(self.pieces))) if start is None else start
+        return self._span(start, self._count(n_tokens))
+
+    def prompts(self, count: int, n_tokens: int, *, shared_prefix_tokens: int = 0) -> list[str]:
+        """`count` prompts of n_tokens each; the first shared_prefix_tokens are the same in all."""
+        count = positive_int("requests", count, maximum=1_000_000)
+        prefix = self._span(0, self._count(shared_prefix_tokens)) + "\n\n" if shared_prefix_tokens else ""
+        return [prefix + self.prompt(n_tokens) for _ in range(count)]

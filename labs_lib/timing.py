@@ -1,0 +1,232 @@
+"""One streamed request -> one RequestRecord, timed the way `vllm bench serve` defines it.
+
+Definitions (the only place they are stated; every table and plot uses these):
+- TTFT: request sent -> first streamed chunk that carries generated text. A chunk holding only
+  the role (`delta: {"role": "assistant", "content": ""}`) is not a token.
+- E2E latency: request sent -> last token-bearing chunk (the trailing usage-only chunk excluded).
+- TPOT: (E2E - TTFT) / (output_tokens - 1), output_tokens from the server's `usage`; no TPOT for
+  requests with <= 1 output token.
+- ITL: every gap between consecutive token-bearing chunks. A chunk may carry several tokens
+  (vLLM --stream-interval, speculative decoding): then ITL and TPOT differ.
+- output tokens come from `usage.completion_tokens` (stream_options.include_usage). When a
+  server sends no usage, the token-bearing chunks are counted and the record is marked estimated.
+
+A failure is a record with `error` set, never an exception: a run always completes and counts
+its failures. There are no retries: a retry would hide a failure and inflate latency.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from itertools import pairwise
+
+import httpx
+
+from .endpoints import Endpoint
+
+TIMEOUT_S = 300.0
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    """What to send. `prompt` is chat content, or (api="completions") text or token ids."""
+
+    prompt: str | list[int]
+    max_tokens: int = 64
+    api: str = "chat"  # "chat" (/chat/completions) or "completions" (/completions)
+    system: str | None = None
+    temperature: float = 0.0
+    ignore_eos: bool = False  # vLLM and llama.cpp honour it: every request runs to max_tokens
+    extra: dict = field(default_factory=dict)  # engine-specific body fields, e.g. {"cache_prompt": False}
+
+    def body(self, model: str | None) -> dict:
+        body: dict = {"max_tokens": self.max_tokens, "temperature": self.temperature, "stream": True,
+                      "stream_options": {"include_usage": True}}
+        if model:
+            body["model"] = model
+        if self.api == "chat":
+            messages = [{"role": "system", "content": self.system}] if self.system else []
+            body["messages"] = [*messages, {"role": "user", "content": self.prompt}]
+        else:
+            body["prompt"] = self.prompt
+        if self.ignore_eos:
+            body["ignore_eos"] = True
+        return {**body, **self.extra}
+
+    @property
+    def path(self) -> str:
+        return "/chat/completions" if self.api == "chat" else "/completions"
+
+
+@dataclass
+class RequestRecord:
+    """One request's timings (ms), token counts and outcome."""
+
+    request_id: int = 0
+    sent_s: float = 0.0  # when it was sent, seconds after the run started
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2e_ms: float | None = None
+    itl_ms: list[float] = field(default_factory=list)
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    cached_tokens: int | None = None
+    tokens_estimated: bool = False  # no usage from the server: output_tokens = token-bearing chunks
+    chunks: int = 0  # token-bearing chunks
+    finish_reason: str | None = None
+    server_prompt_ms: float | None = None  # the server's own timings (llama.cpp reports them)
+    server_decode_ms: float | None = None
+    server_decode_tokens: int | None = None
+    text: str = ""
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def to_row(self) -> dict:
+        return asdict(self)
+
+
+def metrics_from_times(token_times_s: list[float], output_tokens: int | None) -> tuple[float | None, float | None, float | None, list[float]]:
+    """(ttft_ms, tpot_ms, e2e_ms, itl_ms) from token-bearing chunk times (seconds after sending)."""
+    if not token_times_s:
+        return None, None, None, []
+    ttft = token_times_s[0] * 1000
+    e2e = token_times_s[-1] * 1000
+    itl = [(b - a) * 1000 for a, b in pairwise(token_times_s)]
+    tpot = (e2e - ttft) / (output_tokens - 1) if output_tokens and output_tokens > 1 else None
+    return ttft, tpot, e2e, itl
+
+
+class StreamTimer:
+    """Turns the timestamped SSE lines of one streamed completion into a RequestRecord."""
+
+    __slots__ = ("rec", "times", "texts", "usage", "timings", "done", "keep_trace", "trace", "end_s")
+
+    def __init__(self, request_id: int = 0, sent_s: float = 0.0, keep_trace: bool = False):
+        self.rec = RequestRecord(request_id=request_id, sent_s=sent_s)
+        self.times: list[float] = []
+        self.texts: list[str] = []
+        self.usage: dict | None = None
+        self.timings: dict | None = None
+        self.done = False
+        self.keep_trace = keep_trace
+        self.trace: list[tuple[float, str]] = []
+        self.end_s: float | None = None  # when the stream closed, seconds after sending
+
+    def feed(self, line: str, t: float) -> None:
+        """One SSE line received `t` seconds after the request was sent."""
+        if self.keep_trace and line:
+            self.trace.append((t, line))
+        if not line.startswith("data:"):
+            return
+        payload = line[5:].strip()
+        if payload == "[DONE]":
+            self.done = True
+            return
+        try:
+            obj = json.loads(payload)
+        except json.JSONDecodeError:
+            self.rec.error = self.rec.error or f"unparseable stream chunk: {payload[:80]!r}"
+            return
+        if not isinstance(obj, dict):
+            return
+        if obj.get("error"):
+            err = obj["error"]
+            self.rec.error = f"server error in stream: {err.get('message', err) if isinstance(err, dict) else err}"
+        choices = obj.get("choices")
+        if choices:
+            c0 = choices[0]
+            delta = c0.get("delta")
+            text = (delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")) if delta else c0.get("text")
+            if text:
+                self.times.append(t)
+                self.texts.append(text)
+            if c0.get("finish_reason"):
+                self.rec.finish_reason = c0["finish_reason"]
+        if obj.get("usage"):
+            self.usage = obj["usage"]
+        if obj.get("timings"):
+            self.timings = obj["timings"]
+
+    def finish(self, error: str | None = None) -> RequestRecord:
+        rec = self.rec
+        if error and not rec.error:
+            rec.error = error
+        rec.chunks = len(self.times)
+        rec.text = "".join(self.texts)
+        if self.usage:
+            rec.prompt_tokens = self.usage.get("prompt_tokens")
+            rec.output_tokens = self.usage.get("completion_tokens")
+            rec.cached_tokens = (self.usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+        else:
+            rec.output_tokens, rec.tokens_estimated = rec.chunks, True
+        if self.timings:
+            rec.server_prompt_ms = self.timings.get("prompt_ms")
+            rec.server_decode_ms = self.timings.get("predicted_ms")
+            rec.server_decode_tokens = self.timings.get("predicted_n")
+        rec.ttft_ms, rec.tpot_ms, rec.e2e_ms, rec.itl_ms = metrics_from_times(self.times, rec.output_tokens)
+        if rec.error is None and not self.done:
+            rec.error = "stream ended before [DONE]" + (" and before the usage chunk" if not self.usage else "")
+        if rec.error is None and not self.times and (rec.output_tokens or 0) > 0:
+            rec.error = "no token-bearing chunk in the stream"
+        return rec
+
+
+def _http_error(status: int, body: bytes) -> str:
+    text = body.decode(errors="replace").strip()
+    try:
+        obj = json.loads(text)
+        err = obj.get("error", obj) if isinstance(obj, dict) else obj
+        message = err.get("message", err) if isinstance(err, dict) else err
+    except (json.JSONDecodeError, AttributeError):
+        message = text[:200]
+    return f"HTTP {status}: {message}"
+
+
+def _transport_error(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}".rstrip(": ")
+
+
+def measure(endpoint: Endpoint, spec: RequestSpec, *, request_id: int = 0, timeout_s: float = TIMEOUT_S,
+            keep_trace: bool = False, client: httpx.Client | None = None) -> tuple[RequestRecord, StreamTimer]:
+    """Send one streamed request and time it (synchronous). Returns the record and its timer."""
+    own = client is None
+    client = client or httpx.Client(timeout=timeout_s, trust_env=not endpoint.is_loopback)
+    timer = StreamTimer(request_id, 0.0, keep_trace)
+    headers = {**endpoint.headers(), "Connection": "close"}
+    try:
+        start = time.perf_counter()
+        with client.stream("POST", endpoint.base_url + spec.path, json=spec.body(endpoint.model), headers=headers) as resp:
+            if resp.status_code != 200:
+                return timer.finish(_http_error(resp.status_code, resp.read())), timer
+            for line in resp.iter_lines():
+                timer.feed(line, time.perf_counter() - start)
+        timer.end_s = time.perf_counter() - start
+        return timer.finish(), timer
+    except httpx.HTTPError as exc:
+        return timer.finish(_transport_error(exc)), timer
+    finally:
+        if own:
+            client.close()
+
+
+async def ameasure(client: httpx.AsyncClient, endpoint: Endpoint, spec: RequestSpec, *, request_id: int = 0,
+                   sent_s: float = 0.0, keep_trace: bool = False) -> RequestRecord:
+    """Send one streamed request and time it (asyncio)."""
+    timer = StreamTimer(request_id, sent_s, keep_trace)
+    headers = {**endpoint.headers(), "Connection": "close"}
+    try:
+        start = time.perf_counter()
+        async with client.stream("POST", endpoint.base_url + spec.path, json=spec.body(endpoint.model), headers=headers) as resp:
+            if resp.status_code != 200:
+                return timer.finish(_http_error(resp.status_code, await resp.aread()))
+            async for line in resp.aiter_lines():
+                timer.feed(line, time.perf_counter() - start)
+        timer.end_s = time.perf_counter() - start
+        return timer.finish()
+    except httpx.HTTPError as exc:
+        return timer.finish(_transport_error(exc))

@@ -1,0 +1,144 @@
+"""The timing harness and `bench` against the real embedded engine."""
+
+import json
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import REPO, assert_one_line_error, run_cli
+
+from labs_lib.endpoints import Endpoint, endpoint_for, resolve
+from labs_lib.engine import EngineConfig
+from labs_lib.engine_metrics import delta, scrape, token_counts
+from labs_lib.errors import BadInput
+from labs_lib.llamacpp_engine import LlamaCppEngine
+from labs_lib.load import run_blocking, run_load
+from labs_lib.prompts import PromptFactory, engine_tokenizer
+from labs_lib.timing import RequestSpec, measure
+
+pytestmark = pytest.mark.engine
+
+
+@pytest.fixture(scope="module")
+def engine():
+    with LlamaCppEngine(EngineConfig(ctx=4096, parallel=4)) as e:
+        yield e
+
+
+def test_prompts_have_the_requested_token_length(engine):
+    factory = PromptFactory(engine_tokenizer(engine.root_url), seed=3)
+    for n in (16, 100):
+        prompt = factory.prompt(n)
+        ids = __import__("httpx").post(engine.root_url + "/tokenize", json={"content": prompt, "add_special": False}).json()["tokens"]
+        assert abs(len(ids) - n) <= 2  # the cut text re-tokenizes to within a token or two of n
+    a, b = factory.prompts(2, 50)
+    assert a != b
+
+
+def test_role_chunk_is_not_ttft_on_the_real_engine(engine):
+    rec, timer = measure(endpoint_for(engine), RequestSpec("Hello there", 8, ignore_eos=True), keep_trace=True)
+    role_t = next(t for t, line in timer.trace if '"role":"assistant"' in line)
+    content_t = next(t for t, line in timer.trace if '"content":"' in line and '"role"' not in line)
+    assert rec.ttft_ms == pytest.approx(content_t * 1000) and role_t <= content_t
+
+
+def test_harness_token_counts_equal_the_engines_metrics(engine):
+    ep = endpoint_for(engine)
+    factory = PromptFactory(engine_tokenizer(engine.root_url), seed=1)
+    specs = [RequestSpec(p, 16, ignore_eos=True) for p in factory.prompts(8, 40)]
+    before = scrape(engine.root_url)
+    result = run_blocking(run_load(ep, specs, concurrency=4, progress=False))
+    counted = token_counts(delta(before, scrape(engine.root_url)), "llamacpp")
+    ok = [r for r in result.records if r.ok]
+    assert len(ok) == 8
+    assert sum(r.output_tokens for r in ok) == counted["output_tokens"] == 8 * 16
+    assert sum(r.prompt_tokens for r in ok) == counted["prompt_tokens"]
+
+
+def test_open_loop_rate_is_poisson_and_seeded(engine):
+    ep = endpoint_for(engine)
+    specs = [RequestSpec(f"Count {i}", 2) for i in range(12)]
+    result = run_blocking(run_load(ep, specs, rate=8.0, seed=7, progress=False))
+    sent = sorted(r.sent_s for r in result.records)
+    assert result.summary["completed"] == 12 and result.summary["request_rate"] == 8.0
+    assert 0.5 < sent[-1] < 4.0  # 11 gaps of mean 1/8 s
+
+
+def test_failures_are_records_not_exceptions(engine):
+    dead = Endpoint("dead", "http://127.0.0.1:9/v1", "x")
+    rec, _ = measure(dead, RequestSpec("hi", 2))
+    assert not rec.ok and "ConnectError" in rec.error
+    too_long = RequestSpec("word " * 3000, 2)
+    rec, _ = measure(endpoint_for(engine), too_long)
+    assert not rec.ok and rec.error.startswith("HTTP 400")
+
+
+def test_saved_results_hold_no_key(tmp_path, monkeypatch):
+    monkeypatch.setenv("LABS_HARNESS_KEY", "sk-harness-canary-5566778899")
+    with LlamaCppEngine(EngineConfig(api_key_env="LABS_HARNESS_KEY")) as e:
+        result = run_blocking(run_load(endpoint_for(e), [RequestSpec("hi", 2)], concurrency=1, progress=False))
+        assert result.records[0].ok
+        paths = result.save(tmp_path / "run")
+    for path in paths:
+        assert "canary" not in path.read_text()
+
+
+def test_bench_cli_against_a_running_serve(tmp_path):
+    serve = subprocess.Popen([sys.executable, "-m", "labs_lib", "serve", "--parallel", "2"], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, cwd=REPO)
+    try:
+        base = None
+        deadline = time.monotonic() + 60
+        while base is None and time.monotonic() < deadline:
+            line = serve.stdout.readline()
+            if m := re.match(r"OpenAI base URL:\s+(\S+)", line):
+                base = m.group(1)
+        assert base
+        out_file = tmp_path / "bench.json"
+        proc = run_cli("bench", "--base-url", base, "--concurrency", "1,2", "--requests", "4", "--prompt-tokens", "32",
+                       "--max-tokens", "8", "--out", str(out_file), "--json")
+        assert proc.returncode == 0, proc.stderr
+        out = json.loads(proc.stdout)
+        assert [r["concurrency"] for r in out["results"]] == [1, 2]
+        for r in out["results"]:
+            assert r["completed"] == 4 and r["failed"] == 0 and r["total_output_tokens"] == 32
+            for key in ("output_throughput", "p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms", "p99_tpot_ms", "p50_itl_ms"):
+                assert r[key] > 0
+        assert json.loads(out_file.read_text())["results"] == out["results"]
+        assert (tmp_path / "bench-c1.csv").exists()
+    finally:
+        serve.terminate()
+        serve.wait(15)
+
+
+def test_bench_wrong_key_fails_every_request_and_exits_1(monkeypatch):
+    monkeypatch.setenv("LABS_BENCH_SERVER_KEY", "sk-right-key-000000000")
+    with LlamaCppEngine(EngineConfig(api_key_env="LABS_BENCH_SERVER_KEY")) as e:
+        proc = run_cli("bench", "--base-url", e.base_url, "--model", e.model_id, "--api-key-env", "WRONG_KEY", "--requests", "2",
+                       "--json", env={"WRONG_KEY": "sk-wrong-key-111111111"})
+    assert proc.returncode == 1 and "401" in proc.stderr
+    assert "sk-wrong-key-111111111" not in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("args,needles", [
+    (["bench", "--endpoint", "nowhere"], ["nowhere", "taotoken"]),
+    (["bench", "--base-url", "localhost:8000/v1"], ["localhost:8000/v1", "http"]),
+    (["bench", "--base-url", "http://127.0.0.1:1/v1", "--api-key-env", "NOT_SET_VAR_XYZ"], ["NOT_SET_VAR_XYZ"]),
+    (["bench", "--endpoint", "taotoken"], ["TAOTOKEN_API_KEY"]),
+    (["bench", "--endpoint", "local", "--concurrency", "0"], ["--concurrency"]),
+    (["bench", "--endpoint", "local", "--requests", "many"], ["many"]),
+    (["bench"], ["--endpoint"]),
+])
+def test_bench_bad_input(args, needles):
+    env = {"TAOTOKEN_API_KEY": ""} if "taotoken" in args else None
+    assert_one_line_error(run_cli(*args, env=env), *needles)
+
+
+def test_endpoint_resolution():
+    assert resolve("taotoken").base_url == "https://taotoken.net/api/v1"
+    assert resolve("http://localhost:8000/v1/").base_url == "http://localhost:8000/v1"
+    assert resolve("http://127.0.0.1:8000/v1").is_loopback and not resolve("https://taotoken.net/api/v1").is_loopback
+    with pytest.raises(BadInput):
+        resolve("ftp://x")

@@ -1,0 +1,115 @@
+"""The timing definitions, the stream parser, summaries and the articles' snippets (no server needed)."""
+
+import json
+
+import numpy as np
+import pytest
+from conftest import FIXTURES
+
+from labs_lib import naive
+from labs_lib.load import SLO, summarize
+from labs_lib.timing import RequestRecord, RequestSpec, StreamTimer, metrics_from_times
+
+REAL = json.loads((FIXTURES / "streams" / "llamacpp_chat.json").read_text())
+
+
+def chunk(content=None, role=None, finish=None) -> str:
+    delta = {}
+    if role:
+        delta["role"] = role
+        delta["content"] = content if content is not None else ""
+    elif content is not None:
+        delta["content"] = content
+    return "data: " + json.dumps({"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+
+
+USAGE = "data: " + json.dumps({"choices": [], "usage": {"prompt_tokens": 20, "completion_tokens": 4, "total_tokens": 24}})
+
+# Constructed in the shape of a vLLM stream: the role-only chunk arrives at once (before prefill).
+VLLM_SHAPED = [(0.005, chunk(role="assistant")), (0.300, chunk("Hello")), (0.320, chunk(" there")), (0.340, chunk(",")),
+               (0.360, chunk(" friend")), (0.361, chunk(finish="length")), (0.362, USAGE), (0.363, "data: [DONE]")]
+
+
+def feed(trace, **kw) -> RequestRecord:
+    timer = StreamTimer(**kw)
+    for t, line in trace:
+        timer.feed(line, t)
+    return timer.finish()
+
+
+def test_ttft_ignores_the_role_only_chunk():
+    rec = feed(VLLM_SHAPED)
+    assert rec.ttft_ms == pytest.approx(300.0)
+    assert naive.seed001_first_chunk(VLLM_SHAPED, 0.363)["ttft_ms"] == pytest.approx(5.0)  # the article's way
+
+
+def test_definitions_on_a_constructed_stream():
+    rec = feed(VLLM_SHAPED)
+    assert rec.e2e_ms == pytest.approx(360.0)  # last token-bearing chunk, not the usage chunk
+    assert rec.output_tokens == 4 and not rec.tokens_estimated
+    assert rec.tpot_ms == pytest.approx((360 - 300) / 3)
+    assert rec.itl_ms == pytest.approx([20, 20, 20])
+    assert rec.finish_reason == "length" and rec.text == "Hello there, friend" and rec.ok
+
+
+def test_multi_token_chunks_separate_itl_from_tpot():
+    trace = [(0.1, chunk("ab")), (0.2, chunk("cd")), (0.3, chunk("ef")), (0.31, USAGE.replace('"completion_tokens": 4', '"completion_tokens": 6')),
+             (0.32, "data: [DONE]")]
+    rec = feed(trace)
+    assert rec.output_tokens == 6 and rec.chunks == 3
+    assert np.median(rec.itl_ms) == pytest.approx(100) and rec.tpot_ms == pytest.approx(200 / 5)
+
+
+def test_no_usage_means_counted_chunks_marked_estimated():
+    trace = [t for t in VLLM_SHAPED if "usage" not in t[1]]
+    rec = feed(trace)
+    assert rec.tokens_estimated and rec.output_tokens == 4
+
+
+def test_cut_stream_and_error_chunks_are_recorded_failures():
+    cut = feed(VLLM_SHAPED[:3])
+    assert not cut.ok and "before [DONE]" in cut.error and "usage" in cut.error
+    err = feed([(0.1, 'data: {"error": {"message": "boom"}}'), (0.2, "data: [DONE]")])
+    assert not err.ok and "boom" in err.error
+
+
+def test_a_real_llamacpp_stream():
+    rec = feed(REAL["trace"])
+    assert rec.ok and rec.output_tokens == 12 and rec.chunks == 12
+    first_content = next(t for t, line in REAL["trace"] if '"content":"' in line and '"content":""' not in line)
+    assert rec.ttft_ms == pytest.approx(first_content * 1000)
+    assert rec.server_prompt_ms is not None and rec.server_decode_tokens == 12
+
+
+def test_metrics_from_times_edge_cases():
+    assert metrics_from_times([], 0) == (None, None, None, [])
+    ttft, tpot, e2e, itl = metrics_from_times([0.5], 1)
+    assert (ttft, tpot, e2e, itl) == (500, None, 500, [])
+
+
+def test_summary_statistics_and_goodput():
+    recs = [RequestRecord(request_id=i, ttft_ms=t, tpot_ms=10.0, e2e_ms=t + 100, itl_ms=[10.0] * 3, prompt_tokens=10, output_tokens=11)
+            for i, t in enumerate([100.0, 200.0, 300.0, 400.0])]
+    recs.append(RequestRecord(request_id=9, error="HTTP 500: boom"))
+    s = summarize(recs, duration_s=2.0, slo=SLO(ttft_ms=250))
+    assert (s["completed"], s["failed"]) == (4, 1)
+    assert s["output_throughput"] == pytest.approx(44 / 2) and s["total_token_throughput"] == pytest.approx(84 / 2)
+    assert s["p50_ttft_ms"] == pytest.approx(250) and s["p99_ttft_ms"] == pytest.approx(np.percentile([100, 200, 300, 400], 99))
+    assert s["goodput"] == pytest.approx(2 / 2.0) and s["errors"] == {"HTTP 500: boom": 1}
+
+
+def test_request_body():
+    body = RequestSpec("hi", 5, system="be brief", ignore_eos=True, extra={"cache_prompt": False}).body("m")
+    assert body["messages"][0] == {"role": "system", "content": "be brief"} and body["stream_options"] == {"include_usage": True}
+    assert body["ignore_eos"] is True and body["cache_prompt"] is False and body["model"] == "m"
+    assert RequestSpec([1, 2, 3], 1, api="completions").body(None)["prompt"] == [1, 2, 3]
+
+
+def test_naive_methods_overcount_on_a_real_stream():
+    trace, end = REAL["trace"], REAL["end_s"]
+    assert naive.seed002_data_lines(trace, end)["output_tokens"] == 12 + 3  # role, finish and usage chunks counted
+    assert naive.seed003_all_lines(trace, end)["output_tokens"] == 2 * (12 + 4)  # blank lines and [DONE] too
+    assert naive.seed004_lines_tpot(trace, end)["output_tokens"] == 12 + 4
+    text = "".join(json.loads(line[5:])["choices"][0]["delta"].get("content") or "" for _, line in trace
+                   if line.startswith("data: {") and json.loads(line[5:])["choices"])
+    assert naive.seed000_len_over_1_5(trace, end)["output_tokens"] == pytest.approx(len(text) / 1.5)

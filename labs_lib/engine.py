@@ -36,7 +36,7 @@ class EngineConfig:
     model: str | None = None  # llama.cpp: a GGUF path (default: the shipped Gemma 3 270M); vLLM: HF id or path
     served_model_name: str | None = None  # the id clients send (default: gemma-3-270m / the model)
     ctx: int = 4096  # llama.cpp: total KV cells shared by all slots (n_ctx); each slot gets ctx / parallel
-    parallel: int = 1  # sequences decoded together: llama.cpp slots (n_parallel) / vLLM max_num_seqs
+    parallel: int | None = None  # sequences decoded together: llama.cpp slots (n_parallel, default 1) / vLLM max_num_seqs
     kv_cache_dtype: str = "f16"  # llama.cpp: f16, q8_0, q4_0, …; vLLM: auto, fp8, …
     kv_cache_dtype_v: str | None = None  # llama.cpp: V cache type when it differs from K
     flash_attention: bool | None = None  # None: the engine decides
@@ -64,9 +64,8 @@ class EngineConfig:
 
     def validated(self) -> EngineConfig:
         """A copy with numbers converted and checked (CLI values arrive as strings)."""
-        changes: dict = {"ctx": positive_int("ctx", self.ctx, maximum=1 << 31),
-                         "parallel": positive_int("parallel", self.parallel, maximum=1024)}
-        for name in ("batch_tokens", "ubatch_tokens", "threads", "memory_limit_mib", "max_model_len", "block_size",
+        changes: dict = {"ctx": positive_int("ctx", self.ctx, maximum=1 << 31)}
+        for name in ("parallel", "batch_tokens", "ubatch_tokens", "threads", "memory_limit_mib", "max_model_len", "block_size",
                      "tensor_parallel_size"):
             if getattr(self, name) is not None:
                 changes[name] = positive_int(name, getattr(self, name), maximum=1 << 31)
@@ -318,3 +317,25 @@ def check_kind(kind: str) -> str:
     if kind not in ENGINE_KINDS:
         raise BadInput("engine", kind, "allowed: " + ", ".join(ENGINE_KINDS))
     return kind
+
+
+# The same knob in both engines (lab 03 shows this table once).
+ENGINE_MAPPING = [
+    {"knob": "KV pool size", "vllm": "--gpu-memory-utilization (or --kv-cache-memory-bytes)", "llamacpp": "n_ctx (-c): total cells for all slots",
+     "EngineConfig": "gpu_memory_utilization / ctx"},
+    {"knob": "longest request", "vllm": "--max-model-len", "llamacpp": "n_ctx / n_parallel per slot", "EngineConfig": "max_model_len / ctx, parallel"},
+    {"knob": "sequences decoded together", "vllm": "--max-num-seqs", "llamacpp": "n_parallel (-np): slots", "EngineConfig": "parallel"},
+    {"knob": "tokens per scheduler step", "vllm": "--max-num-batched-tokens (chunked prefill)", "llamacpp": "n_batch (-b) / n_ubatch (-ub)",
+     "EngineConfig": "batch_tokens / ubatch_tokens"},
+    {"knob": "chunked prefill", "vllm": "--enable-chunked-prefill / --disable-chunked-prefill", "llamacpp": "always: prompts are processed n_batch at a time",
+     "EngineConfig": "chunked_prefill"},
+    {"knob": "prefix / prompt caching", "vllm": "--enable-prefix-caching / --disable-prefix-caching", "llamacpp": "cache_prompt + prompt cache (--cache-ram)",
+     "EngineConfig": "prompt_cache"},
+    {"knob": "KV cache dtype", "vllm": "--kv-cache-dtype auto|fp8|…", "llamacpp": "-ctk/-ctv f16|q8_0|q4_0 (quantized V needs flash attention)",
+     "EngineConfig": "kv_cache_dtype"},
+    {"knob": "attention kernel", "vllm": "--attention-backend FLASH_ATTN|FLASHINFER|TRITON_ATTN|…", "llamacpp": "flash attention on/off (-fa)",
+     "EngineConfig": "attention_backend / flash_attention"},
+    {"knob": "weight quantization", "vllm": "--quantization awq|gptq|fp8|… (or the checkpoint's config)", "llamacpp": "the GGUF file's type (Q4_K_M, Q8_0, …)",
+     "EngineConfig": "quantization / model"},
+    {"knob": "API key", "vllm": "--api-key or VLLM_API_KEY", "llamacpp": "--api-key", "EngineConfig": "api_key_env (the variable's name)"},
+]

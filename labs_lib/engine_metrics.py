@@ -26,16 +26,20 @@ def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]
     return {name: value - before.get(name, 0.0) for name, value in after.items()}
 
 
-# The counters that count tokens, per engine: (prompt tokens computed, prompt tokens from cache, output tokens)
+# The counters that count tokens. llama.cpp's prompt counter excludes cached tokens; vLLM's includes them.
 TOKEN_COUNTERS = {
-    "llamacpp": ("llamacpp:prompt_tokens_total", "llamacpp:prompt_tokens_cached_total", "llamacpp:tokens_predicted_total"),
-    "vllm": ("vllm:prompt_tokens_total", None, "vllm:generation_tokens_total"),
+    "llamacpp": {"prompt": "llamacpp:prompt_tokens_total", "cached": "llamacpp:prompt_tokens_cached_total",
+                 "prompt_includes_cached": False, "output": "llamacpp:tokens_predicted_total"},
+    "vllm": {"prompt": "vllm:prompt_tokens_total", "cached": "vllm:prompt_tokens_cached_total",
+             "prompt_includes_cached": True, "output": "vllm:generation_tokens_total"},
 }
 
 
 def token_counts(d: dict[str, float], engine: str = "llamacpp") -> dict[str, int]:
-    """Prompt and output tokens an engine counted, from a delta of two scrapes."""
-    computed, cached, output = TOKEN_COUNTERS[engine]
-    prompt = d.get(computed, 0.0) + (d.get(cached, 0.0) if cached else 0.0)
-    return {"prompt_tokens": int(round(prompt)), "output_tokens": int(round(d.get(output, 0.0))),
-            "prompt_tokens_cached": int(round(d.get(cached, 0.0))) if cached else None}
+    """Prompt tokens (cached included), cached prompt tokens and output tokens an engine counted,
+    from a delta of two scrapes."""
+    names = TOKEN_COUNTERS[engine]
+    cached = d.get(names["cached"], 0.0)
+    prompt = d.get(names["prompt"], 0.0) + (0.0 if names["prompt_includes_cached"] else cached)
+    return {"prompt_tokens": int(round(prompt)), "output_tokens": int(round(d.get(names["output"], 0.0))),
+            "prompt_tokens_cached": int(round(cached))}

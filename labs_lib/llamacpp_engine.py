@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -136,3 +137,20 @@ class LlamaCppEngine(Engine):
 
     def _start_error(self, log_text: str) -> str:
         return first_error(log_text)
+
+
+def serve_command(config: EngineConfig) -> str:
+    """The `python -m labs_lib serve` command that starts the same llama.cpp configuration."""
+    args = ["python", "-m", "labs_lib", "serve", "--ctx", str(config.ctx), "--parallel", str(config.parallel or 1),
+            "--kv-dtype", config.kv_cache_dtype]
+    if config.kv_cache_dtype_v:
+        args += ["--kv-dtype-v", config.kv_cache_dtype_v]
+    args += ["--flash-attn", {None: "auto", True: "on", False: "off"}[config.flash_attention]]
+    for flag, value in (("--batch", config.batch_tokens), ("--ubatch", config.ubatch_tokens), ("--threads", config.threads),
+                        ("--model-file", config.model), ("--api-key-env", config.api_key_env)):
+        if value is not None:
+            args += [flag, str(value)]
+    for flag, on in (("--no-prompt-cache", not config.prompt_cache), ("--swa-full", config.swa_full), ("--kv-unified", config.kv_unified)):
+        if on:
+            args.append(flag)
+    return shlex.join(args)

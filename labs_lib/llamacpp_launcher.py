@@ -62,7 +62,7 @@ def build_params(cfg: dict):
     p = x.CommonParams()
     p.model.path = cfg["model_path"]
     p.n_ctx = int(cfg["ctx"])
-    p.n_parallel = int(cfg["parallel"])
+    p.n_parallel = int(cfg.get("parallel") or 1)
     p.cache_type_k = ggml_type(cfg["kv_cache_dtype"])
     p.cache_type_v = ggml_type(cfg.get("kv_cache_dtype_v") or cfg["kv_cache_dtype"])
     fa = cfg.get("flash_attention")

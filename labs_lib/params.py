@@ -81,3 +81,14 @@ def lab02(*, endpoint, model, engine, slots, prompt_tokens, max_tokens, repeats,
         p.max_tokens = min(p.max_tokens, 32)
         p.prompt_tokens = min(p.prompt_tokens, 64)
     return p
+
+
+def lab03(*, engine, model, slo_ttft_ms, slo_tpot_ms, resume, quick, interactive) -> SimpleNamespace:
+    from .engine import resolve_kind
+    from .errors import positive_number
+
+    if model is not None and not isinstance(model, str):
+        raise BadInput("model", model, "allowed: None (the grids' model) or a model id / path string")
+    return SimpleNamespace(engine=resolve_kind(engine_name(engine)), model=model,
+                           slo_ttft_ms=positive_number("slo_ttft_ms", slo_ttft_ms), slo_tpot_ms=positive_number("slo_tpot_ms", slo_tpot_ms),
+                           resume=flag("resume", resume), quick=flag("quick", quick), interactive=flag("interactive", interactive))

@@ -38,9 +38,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.api_key_env:
         read_key(args.api_key_env, required=True)
     config = EngineConfig(model=args.model_file, ctx=args.ctx, parallel=args.parallel, kv_cache_dtype=args.kv_dtype,
-                          flash_attention=_on_off_auto(args.flash_attn), prompt_cache=not args.no_prompt_cache,
-                          threads=args.threads, api_key_env=args.api_key_env, port=args.port, host=args.host,
-                          served_model_name=args.served_model_name)
+                          kv_cache_dtype_v=args.kv_dtype_v, flash_attention=_on_off_auto(args.flash_attn),
+                          prompt_cache=not args.no_prompt_cache, batch_tokens=args.batch, ubatch_tokens=args.ubatch,
+                          threads=args.threads, swa_full=args.swa_full, kv_unified=args.kv_unified,
+                          api_key_env=args.api_key_env, port=args.port, host=args.host, served_model_name=args.served_model_name)
     engine = LlamaCppEngine(config)
 
     def on_term(signum, frame):  # SIGTERM: stop like Ctrl-C does
@@ -77,6 +78,11 @@ def add_parser(sub) -> None:
     p.add_argument("--ctx", default=4096, help="total KV cells shared by all slots (default 4096)")
     p.add_argument("--parallel", default=1, help="slots: sequences decoded together (default 1)")
     p.add_argument("--kv-dtype", default="f16", help="K and V cache type: f16 (default), q8_0, q4_0, …")
+    p.add_argument("--kv-dtype-v", help="V cache type when it differs from K")
+    p.add_argument("--batch", help="n_batch: tokens per decode step (default 2048)")
+    p.add_argument("--ubatch", help="n_ubatch: physical batch (default 512)")
+    p.add_argument("--swa-full", action="store_true", help="full-size sliding-window cache")
+    p.add_argument("--kv-unified", action="store_true", help="one KV stream shared by all slots")
     p.add_argument("--flash-attn", choices=["on", "off", "auto"], default="auto")
     p.add_argument("--no-prompt-cache", action="store_true", help="recompute every prompt")
     p.add_argument("--threads", help="CPU threads (default: llama.cpp's choice)")

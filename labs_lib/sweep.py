@@ -1,0 +1,400 @@
+"""Tuning sweeps: engine configurations x workloads, one results row per point, resumable.
+
+A grid (YAML file or dict):
+
+    name: batching
+    engine: llamacpp            # or vllm (the CLI's --engine overrides)
+    model: null                 # vLLM: an HF id; llama.cpp: a GGUF path (null: the shipped Gemma)
+    base: {ctx: 4096}           # EngineConfig fields shared by every point
+    axes: {parallel: [1, 4]}    # EngineConfig fields to vary: the cartesian product
+    workloads:                  # each runs on every configuration, at each load level
+      - {name: chat, concurrency: [1, 4, 8], requests: 16, prompt_tokens: 128, max_tokens: 64}
+    quick: {axes: …, workloads: …}   # replacements used with --quick (CI)
+
+A point is (configuration, workload, load level). Each finished point is appended to a JSONL file
+at once (fsync'd); a re-run with the same file skips finished points. A configuration that fails
+to start, or a point that times out, becomes a row with the error and the engine's log tail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import itertools
+import json
+import os
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from .endpoints import endpoint_for
+from .engine import ENGINE_KINDS, EngineConfig, make_engine
+from .engine_metrics import delta, scrape
+from .errors import BadInput, LabsError, positive_int, positive_number
+from .load import SLO, run_load, summarize, warm_up
+
+SCHEMA = "labs-sweep/1"
+CONFIG_FIELDS = {f.name for f in dataclasses.fields(EngineConfig)}
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Requests to send at each load level (closed loop at each concurrency, or open loop at each rate)."""
+
+    name: str = "chat"
+    concurrency: tuple[int, ...] = (1,)
+    rate: tuple[float, ...] = ()
+    requests: int = 16
+    prompt_tokens: int = 128
+    max_tokens: int = 64
+    shared_prefix_tokens: int = 0  # a common system prompt (prefix caching)
+    long_prompt_tokens: int = 0  # every long_every-th request gets a prompt this long (chunked prefill)
+    long_every: int = 0
+
+    def levels(self) -> list[dict]:
+        if self.rate:
+            return [{"request_rate": r} for r in self.rate]
+        return [{"concurrency": c} for c in self.concurrency]
+
+
+@dataclass(frozen=True)
+class Point:
+    config: dict  # EngineConfig fields (base + this point's axes values)
+    workload: Workload | None  # None: start, record the allocation, stop
+    level: dict = field(default_factory=dict)
+
+    def point_id(self, engine: str) -> str:
+        key = json.dumps({"engine": engine, "config": self.config, "workload": asdict(self.workload) if self.workload else None,
+                          "level": self.level}, sort_keys=True, default=str)
+        return hashlib.sha1(key.encode()).hexdigest()[:16]
+
+
+@dataclass
+class Grid:
+    name: str
+    engine: str
+    base: dict
+    axes: dict[str, list]
+    workloads: list[Workload]
+    model: str | None = None
+    variants: list[dict] = field(default_factory=list)  # explicit configurations, each over base (x axes)
+
+    def configs(self) -> list[dict]:
+        keys = list(self.axes)
+        combos = list(itertools.product(*(self.axes[k] for k in keys))) if keys else [()]
+        out = []
+        for variant in self.variants or [{}]:
+            for values in combos:
+                cfg = {**self.base, **variant, **dict(zip(keys, values, strict=True))}
+                if self.model is not None:
+                    cfg["model"] = self.model
+                out.append(cfg)
+        return out
+
+    def points(self) -> list[Point]:
+        pts = []
+        for cfg in self.configs():
+            if not self.workloads:
+                pts.append(Point(cfg, None, {}))
+            for wl in self.workloads:
+                pts.extend(Point(cfg, wl, level) for level in wl.levels())
+        return pts
+
+
+def _workload(raw: object, where: str) -> Workload:
+    if not isinstance(raw, dict):
+        raise BadInput(f"{where}", raw, "allowed: a mapping of workload fields")
+    known = {f.name for f in dataclasses.fields(Workload)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise BadInput(f"{where} field", unknown[0], "allowed: " + ", ".join(sorted(known)))
+    values = dict(raw)
+    for key in ("concurrency", "rate"):
+        if key in values:
+            v = values[key]
+            v = v if isinstance(v, (list, tuple)) else [v]
+            conv = positive_int if key == "concurrency" else positive_number
+            values[key] = tuple(conv(f"{where}.{key}", x) for x in v)
+    for key in ("requests", "prompt_tokens", "max_tokens"):
+        if key in values:
+            values[key] = positive_int(f"{where}.{key}", values[key], maximum=1_000_000)
+    for key in ("shared_prefix_tokens", "long_prompt_tokens", "long_every"):
+        if key in values:
+            values[key] = positive_int(f"{where}.{key}", values[key], minimum=0, maximum=1_000_000)
+    return Workload(**values)
+
+
+def load_grid(source: str | Path | dict, *, quick: bool = False, engine: str | None = None, model: str | None = None) -> Grid:
+    """A Grid from a YAML file or a dict, validated (one line naming any bad value)."""
+    if isinstance(source, dict):
+        raw, label = source, source.get("name", "grid")
+    else:
+        path = Path(source)
+        try:
+            raw = yaml.safe_load(path.read_text())
+        except FileNotFoundError:
+            raise BadInput("grid file", str(path), "allowed: a path to an existing YAML grid (see data/grids/)") from None
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            raise BadInput("grid file", str(path), f"it is not readable YAML ({type(exc).__name__}); allowed: a YAML grid") from None
+        label = path.stem
+    if not isinstance(raw, dict):
+        raise BadInput("grid", label, "allowed: a mapping with engine, base, axes and workloads")
+    allowed_keys = ("name", "engine", "model", "base", "axes", "variants", "workloads", "quick", "description")
+    unknown = sorted(set(raw) - set(allowed_keys))
+    if unknown:
+        raise BadInput("grid key", unknown[0], "allowed: " + ", ".join(allowed_keys))
+    if quick and isinstance(raw.get("quick"), dict):
+        raw = {**raw, **raw["quick"]}
+    kind = engine or raw.get("engine") or "llamacpp"
+    if kind not in ENGINE_KINDS or kind == "auto":
+        raise BadInput("engine", kind, "allowed: llamacpp, vllm")
+    base = raw.get("base") or {}
+    axes = raw.get("axes") or {}
+    variants = raw.get("variants") or []
+    if not isinstance(variants, list):
+        raise BadInput("variants", variants, "allowed: a list of mappings of EngineConfig fields")
+    for section, mapping in (("base", base), ("axes", axes), *((f"variants[{i}]", v) for i, v in enumerate(variants))):
+        if not isinstance(mapping, dict):
+            raise BadInput(section, mapping, "allowed: a mapping of EngineConfig fields")
+        bad = sorted(set(mapping) - CONFIG_FIELDS)
+        if bad:
+            raise BadInput(f"{section} field", bad[0], "allowed: " + ", ".join(sorted(CONFIG_FIELDS)))
+    for key, values in axes.items():
+        if not isinstance(values, list) or not values:
+            raise BadInput(f"axes.{key}", values, "allowed: a non-empty list of values")
+    workloads = [_workload(w, f"workloads[{i}]") for i, w in enumerate(raw.get("workloads") or [])]
+    grid = Grid(name=str(raw.get("name") or label), engine=kind, base=dict(base), axes=dict(axes), workloads=workloads,
+                model=model if model is not None else raw.get("model"), variants=[dict(v) for v in variants])
+    for cfg in grid.configs():  # every configuration must be a valid EngineConfig
+        EngineConfig(**cfg).validated()
+    return grid
+
+
+# ---------------------------------------------------------------- results file
+
+
+def _dump(row: dict) -> str:
+    return json.dumps(row, default=str, separators=(",", ":"))
+
+
+def read_rows(path: str | Path, *, repair: bool = False) -> list[dict]:
+    """Rows of a results file. A torn last line (a run killed mid-write) is dropped with a warning
+    (and cut from the file when repair=True); anything else unreadable is an error."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    lines = path.read_text().split("\n")
+    complete_until_end = lines[-1] == ""
+    lines = lines[:-1] if complete_until_end else lines
+    rows, torn = [], False
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:
+                warnings.warn(f"{path}: dropped a torn last line (the run was interrupted while writing it)", stacklevel=2)
+                torn = True
+                if repair:
+                    good = "".join(ln + "\n" for ln in lines[:i])
+                    tmp = path.with_suffix(path.suffix + ".tmp")
+                    tmp.write_text(good)
+                    os.replace(tmp, path)
+                break
+            raise BadInput("results file", str(path), f"line {i + 1} is not JSON; allowed: a sweep results file (JSONL)") from None
+        if not isinstance(row, dict) or row.get("schema") != SCHEMA:
+            found = row.get("schema") if isinstance(row, dict) else type(row).__name__
+            raise BadInput("results file", str(path), f"line {i + 1} has schema {found!r}, not {SCHEMA!r}; allowed: a file "
+                           "written by this sweep runner (choose another --out)")
+        rows.append(row)
+    if repair and rows and not torn and not complete_until_end:  # last line complete but unterminated: terminate it
+        with path.open("a") as f:
+            f.write("\n")
+    return rows
+
+
+def append_row(path: Path, row: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        f.write(_dump(row) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def load_results(path: str | Path) -> pd.DataFrame:
+    """One row per point: config.*, workload, level, status, error, summary.*, allocation.*, metrics.*"""
+    rows = read_rows(path)
+    if not rows:
+        return pd.DataFrame()
+    flat = pd.json_normalize(rows, sep=".")
+    return flat
+
+
+# ---------------------------------------------------------------- running
+
+
+def _specs(workload: Workload, factory) -> tuple[list, list[bool]]:
+    from .timing import RequestSpec
+
+    prompts = factory.prompts(workload.requests, workload.prompt_tokens, shared_prefix_tokens=workload.shared_prefix_tokens)
+    is_long = [bool(workload.long_prompt_tokens and workload.long_every and i % workload.long_every == workload.long_every - 1)
+               for i in range(workload.requests)]
+    specs = [RequestSpec(factory.prompt(workload.long_prompt_tokens) if long else p, workload.max_tokens, ignore_eos=True)
+             for p, long in zip(prompts, is_long, strict=True)]
+    return specs, is_long
+
+
+def _interesting(metrics: dict[str, float]) -> dict[str, float]:
+    skip = ("_bucket", "_created", "_sum", "_count")
+    return {k: round(v, 6) for k, v in metrics.items() if k.startswith(("llamacpp:", "vllm:")) and not k.endswith(skip)}
+
+
+def _memory(engine) -> dict:
+    from .gpu import read_gpus
+
+    readings, why = read_gpus()
+    out = {"engine_rss_bytes": engine.resident_bytes()}
+    if readings:
+        out["gpu_memory_used_bytes"] = [g.memory_used_bytes for g in readings]
+        out["gpu_utilization_pct"] = [g.utilization_pct for g in readings]
+    else:
+        out["gpu"] = why
+    return out
+
+
+async def _run_point(engine, kind: str, point: Point, slo: SLO | None, timeout_s: float) -> dict:
+    from .prompts import PromptFactory, engine_tokenizer
+
+    row: dict = {"allocation": engine.allocation.to_dict() if engine.allocation else None, "memory": None, "summary": None,
+                 "metrics": None}
+    if point.workload is None:
+        row["memory"] = _memory(engine)
+        return row
+    endpoint = endpoint_for(engine)
+    tokenizer = engine_tokenizer(engine.root_url, endpoint.headers()) if kind == "llamacpp" else None
+    factory = PromptFactory(tokenizer, seed=hash(point.point_id(kind)) % 2**31)
+    specs, is_long = _specs(point.workload, factory)
+    await warm_up(endpoint)
+    before = scrape(engine.root_url, endpoint.headers())
+    result = await asyncio.wait_for(
+        run_load(endpoint, specs, concurrency=point.level.get("concurrency"), rate=point.level.get("request_rate"), slo=slo,
+                 progress=False, settings={"workload": point.workload.name}),
+        timeout=timeout_s)
+    row["metrics"] = _interesting(delta(before, scrape(engine.root_url, endpoint.headers())))
+    row["memory"] = _memory(engine)
+    summary = result.summary
+    summary.pop("errors", None)
+    if any(is_long):
+        short = [r for r, long in zip(result.records, is_long, strict=True) if not long]
+        long_ = [r for r, long in zip(result.records, is_long, strict=True) if long]
+        s_short, s_long = summarize(short, result.duration_s), summarize(long_, result.duration_s)
+        summary |= {"short_p50_ttft_ms": s_short["p50_ttft_ms"], "short_p99_ttft_ms": s_short["p99_ttft_ms"],
+                    "long_p50_ttft_ms": s_long["p50_ttft_ms"]}
+    row["summary"] = summary
+    row["errors"] = summarize(result.records, result.duration_s)["errors"]
+    return row
+
+
+async def run_sweep(grid: Grid, out_path: str | Path, *, slo: SLO | None = None, point_timeout_s: float = 900.0,
+                    start_timeout_s: float | None = None, progress: bool = True) -> pd.DataFrame:
+    """Run every point not already in out_path; returns all results as a DataFrame."""
+    from tqdm.auto import tqdm
+
+    out_path = Path(out_path)
+    done = {r["point_id"] for r in read_rows(out_path, repair=True)}
+    points = [p for p in grid.points() if p.point_id(grid.engine) not in done]
+    bar = tqdm(total=len(points), desc=f"sweep {grid.name}", unit="point", disable=not progress)
+    by_config: dict[str, list[Point]] = {}
+    for p in points:
+        by_config.setdefault(json.dumps(p.config, sort_keys=True, default=str), []).append(p)
+    for pending in by_config.values():
+        config = EngineConfig(**pending[0].config)
+        engine = make_engine(grid.engine, config)
+        try:
+            engine.start(**({"timeout_s": start_timeout_s} if start_timeout_s else {}))
+            start_error = None
+        except (LabsError, OSError) as exc:
+            start_error = str(exc)
+        try:
+            for point in pending:
+                row = {"schema": SCHEMA, "point_id": point.point_id(grid.engine), "grid": grid.name, "engine": grid.engine,
+                       "config": point.config, "workload": asdict(point.workload) if point.workload else None,
+                       "level": point.level, "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "status": "ok", "error": None,
+                       "log_tail": None, "engine_start_s": engine.started_s}
+                t0 = time.perf_counter()
+                if start_error:
+                    row |= {"status": "failed", "error": f"engine did not start: {start_error}", "log_tail": engine.log_tail(15)}
+                else:
+                    try:
+                        row |= await _run_point(engine, grid.engine, point, slo, point_timeout_s)
+                    except TimeoutError:
+                        row |= {"status": "failed", "error": f"point timed out after {point_timeout_s:.0f} s", "log_tail": engine.log_tail(15)}
+                    except LabsError as exc:
+                        row |= {"status": "failed", "error": str(exc), "log_tail": engine.log_tail(15)}
+                    if row["status"] == "ok" and not engine.is_running():
+                        row |= {"status": "failed", "error": "the engine died during the point", "log_tail": engine.log_tail(15)}
+                row["wall_s"] = round(time.perf_counter() - t0, 3)
+                append_row(out_path, row)
+                bar.update(1)
+        finally:
+            engine.stop()
+    bar.close()
+    return load_results(out_path)
+
+
+def dry_run(grid: Grid) -> list[str]:
+    """The command each configuration would start, and its number of points."""
+    lines = []
+    points = grid.points()
+    for cfg in grid.configs():
+        n = sum(1 for p in points if p.config == cfg)
+        config = EngineConfig(**cfg)
+        if grid.engine == "vllm":
+            from .vllm_engine import command_line, known_flags, serve_args, unknown_flags
+
+            cmd = command_line(config)
+            version, flags = known_flags()
+            bad = unknown_flags(serve_args(config), flags)
+            note = f"   # WARNING: vLLM {version} does not know {', '.join(bad)}" if bad else ""
+        else:
+            from .llamacpp_engine import serve_command
+
+            cmd, note = serve_command(config), ""
+        lines.append(f"{cmd}   # {n} point(s){note}")
+    return lines
+
+
+def cmd_sweep(args) -> int:
+    grid = load_grid(args.grid, quick=args.quick, engine=args.engine, model=args.model)
+    if args.dry_run:
+        for line in dry_run(grid):
+            print(line)
+        return 0
+    out = Path(args.out) if args.out else Path("results") / f"sweep-{grid.name}-{grid.engine}.jsonl"
+    from .load import run_blocking
+
+    df = run_blocking(run_sweep(grid, out, progress=True))
+    failed = int((df["status"] != "ok").sum()) if len(df) else 0
+    print(f"{len(df)} point(s) in {out} ({failed} failed)")
+    cols = [c for c in ("config.parallel", "config.ctx", "level.concurrency", "status", "summary.output_throughput",
+                        "summary.p50_ttft_ms", "summary.p99_ttft_ms", "summary.p50_tpot_ms") if c in df.columns]
+    if cols:
+        print(df[cols].to_string(index=False))
+    return 0
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("sweep", help="run a tuning grid (resumable; one JSONL row per point)")
+    p.add_argument("--engine", choices=["llamacpp", "vllm"], help="engine (default: the grid's)")
+    p.add_argument("--grid", required=True, help="a YAML grid, e.g. data/grids/cpu_batching.yaml")
+    p.add_argument("--model", help="model (vLLM: an HF id or path; llama.cpp: a GGUF path)")
+    p.add_argument("--out", help="results file (JSONL; default results/sweep-<grid>-<engine>.jsonl); re-run to resume")
+    p.add_argument("--dry-run", action="store_true", help="print the engine commands, run nothing")
+    p.add_argument("--quick", action="store_true", help="the grid's quick variant (CI sizes)")
+    p.set_defaults(func=cmd_sweep)

@@ -1,0 +1,187 @@
+"""The sweep runner: grids, resume, failures as rows, crash safety — with the real engine."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO, assert_one_line_error, run_cli
+
+from labs_lib.errors import BadInput
+from labs_lib.load import run_blocking
+from labs_lib.sweep import SCHEMA, load_grid, read_rows, run_sweep
+
+TINY = {"name": "tiny", "engine": "llamacpp", "base": {"ctx": 1024},
+        "axes": {"parallel": [1]},
+        "workloads": [{"name": "w", "concurrency": [1, 2], "requests": 2, "prompt_tokens": 16, "max_tokens": 4}]}
+
+
+def launchers() -> set[int]:
+    found = set()
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                cmd = Path(f"/proc/{p}/cmdline").read_bytes()
+                state = Path(f"/proc/{p}/stat").read_text().split(")")[-1].split()[0]
+            except OSError:
+                continue
+            if b"llamacpp_launcher" in cmd and state != "Z":
+                found.add(int(p))
+    return found
+
+
+# ---- grids (no engine)
+
+
+def test_grid_points_axes_variants_and_quick():
+    grid = load_grid({**TINY, "axes": {"parallel": [1, 2]}, "variants": [{"prompt_cache": True}, {"prompt_cache": False}],
+                      "quick": {"axes": {"parallel": [1]}}})
+    assert len(grid.configs()) == 4 and len(grid.points()) == 8
+    quick = load_grid({**TINY, "axes": {"parallel": [1, 2]}, "quick": {"axes": {"parallel": [1]}}}, quick=True)
+    assert [c["parallel"] for c in quick.configs()] == [1]
+    ids = [p.point_id("llamacpp") for p in grid.points()]
+    same = load_grid({**TINY, "axes": {"parallel": [1, 2]}, "variants": [{"prompt_cache": True}, {"prompt_cache": False}]})
+    assert len(set(ids)) == len(ids) and ids == [p.point_id("llamacpp") for p in same.points()]
+
+
+@pytest.mark.parametrize("mutate,needle", [
+    (lambda g: g.update(axes={"slots": [1]}), "slots"),
+    (lambda g: g.update(axes={"parallel": 4}), "axes.parallel"),
+    (lambda g: g.update(axes={"parallel": [0]}), "parallel"),
+    (lambda g: g.update(engine="tgi"), "tgi"),
+    (lambda g: g.update(colour="blue"), "colour"),
+    (lambda g: g["workloads"][0].update(concurrency=[-1]), "concurrency"),
+    (lambda g: g["workloads"][0].update(turbo=True), "turbo"),
+    (lambda g: g["workloads"][0].update(requests="lots"), "lots"),
+])
+def test_bad_grids_name_the_value(mutate, needle):
+    grid = json.loads(json.dumps(TINY))
+    mutate(grid)
+    with pytest.raises(BadInput, match=needle):
+        load_grid(grid)
+
+
+def test_bad_grid_files(tmp_path):
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("axes: [unclosed")
+    with pytest.raises(BadInput, match="YAML"):
+        load_grid(broken)
+    assert_one_line_error(run_cli("sweep", "--grid", str(broken)), "broken.yaml")
+
+
+def test_every_shipped_grid_loads():
+    for path in (REPO / "data" / "grids").glob("*.yaml"):
+        assert load_grid(path).points(), path
+        assert load_grid(path, quick=True).points(), path
+
+
+def test_results_file_of_another_schema_is_refused(tmp_path):
+    other = tmp_path / "other.jsonl"
+    other.write_text('{"schema": "something-else/2", "x": 1}\n')
+    with pytest.raises(BadInput, match="something-else"):
+        read_rows(other)
+    notjson = tmp_path / "notes.jsonl"
+    notjson.write_text("hello\nworld\n")
+    with pytest.raises(BadInput, match="line 1"):
+        read_rows(notjson)
+
+
+def test_torn_last_line_is_dropped_with_a_warning_and_repaired(tmp_path):
+    path = tmp_path / "r.jsonl"
+    good = [{"schema": SCHEMA, "point_id": str(i)} for i in range(2)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in good) + '{"schema": "labs-sw')
+    with pytest.warns(UserWarning, match="torn"):
+        assert [r["point_id"] for r in read_rows(path)] == ["0", "1"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        read_rows(path, repair=True)
+    assert path.read_text().endswith("}\n") and len(read_rows(path)) == 2
+
+
+# ---- running (real engine)
+
+
+@pytest.mark.engine
+def test_sweep_runs_writes_rows_and_resumes(tmp_path):
+    out = tmp_path / "s.jsonl"
+    df = run_blocking(run_sweep(load_grid(TINY), out, progress=False))
+    assert len(df) == 2 and (df["status"] == "ok").all()
+    assert list(df["level.concurrency"]) == [1, 2] and (df["summary.completed"] == 2).all()
+    assert (df["allocation.n_ctx"] == 1024).all() and (df["metrics.llamacpp:tokens_predicted_total"] >= 8).all()
+    first = read_rows(out)
+    again = run_blocking(run_sweep(load_grid(TINY), out, progress=False))
+    assert len(again) == 2 and read_rows(out) == first  # nothing re-run
+    bigger = {**TINY, "axes": {"parallel": [1, 2]}}
+    df3 = run_blocking(run_sweep(load_grid(bigger), out, progress=False))
+    assert len(df3) == 4 and read_rows(out)[:2] == first  # only the new points ran
+
+
+@pytest.mark.engine
+def test_a_configuration_that_cannot_start_becomes_rows_and_the_sweep_goes_on(tmp_path):
+    grid = load_grid({**TINY, "axes": {}, "variants": [{"kv_cache_dtype": "q8_0", "flash_attention": False}, {"parallel": 1}]})
+    df = run_blocking(run_sweep(grid, tmp_path / "f.jsonl", progress=False))
+    failed, ok = df[df.status == "failed"], df[df.status == "ok"]
+    assert len(failed) == 2 and len(ok) == 2
+    assert failed["error"].str.contains("quantized V cache requires flash_attn").all()
+    assert failed["log_tail"].str.contains("flash_attn").all()
+
+
+@pytest.mark.engine
+def test_a_point_that_times_out_is_a_row(tmp_path):
+    grid = load_grid({**TINY, "workloads": [{"name": "long", "concurrency": [1], "requests": 1, "prompt_tokens": 16, "max_tokens": 400}]})
+    df = run_blocking(run_sweep(grid, tmp_path / "t.jsonl", point_timeout_s=1.0, progress=False))
+    assert df["status"].tolist() == ["failed"] and "timed out" in df["error"].iloc[0]
+
+
+@pytest.mark.engine
+def test_killed_sweep_resumes_and_keeps_finished_points(tmp_path):
+    grid_file = tmp_path / "g.yaml"
+    grid_file.write_text(yaml.safe_dump({**TINY, "axes": {"parallel": [1, 2]},
+                                         "workloads": [{"name": "w", "concurrency": [1], "requests": 2, "prompt_tokens": 16, "max_tokens": 24}]}))
+    out = tmp_path / "k.jsonl"
+    before = launchers()
+    proc = subprocess.Popen([sys.executable, "-m", "labs_lib", "sweep", "--grid", str(grid_file), "--out", str(out)], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (out.exists() and out.read_text().count("\n") >= 1):
+        time.sleep(0.1)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+    kept = read_rows(out, repair=True)
+    assert 1 <= len(kept) < 2
+    deadline = time.monotonic() + 10
+    while launchers() - before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not (launchers() - before), "the sweep's engine outlived the SIGKILLed sweep"
+    assert run_cli("sweep", "--grid", str(grid_file), "--out", str(out)).returncode == 0
+    rows = read_rows(out)
+    assert len(rows) == 2 and rows[0] == kept[0] and all(r["status"] == "ok" for r in rows)
+
+
+@pytest.mark.engine
+def test_child_guard_stops_the_server_when_its_parent_is_killed(tmp_path):
+    code = ("import subprocess, sys, time\n"
+            "p = subprocess.Popen([sys.executable, '-m', 'labs_lib.child_guard', '--', sys.executable, '-m', 'labs_lib', 'serve'],"
+            " start_new_session=True, stdout=subprocess.PIPE, text=True)\n"
+            "for line in p.stdout:\n"
+            "    if 'Ctrl-C' in line: print('ready', flush=True); break\n"
+            "time.sleep(120)\n")
+    before = launchers()
+    parent = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout.readline().strip() == "ready"
+        assert launchers() - before
+        parent.kill()
+        parent.wait(5)
+        deadline = time.monotonic() + 10
+        while launchers() - before and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not (launchers() - before)
+    finally:
+        parent.kill()

@@ -1,0 +1,158 @@
+"""The vLLM adapter against real vLLM output (fixtures with provenance in tests/fixtures/vllm/)."""
+
+import json
+
+import pytest
+from conftest import FIXTURES, assert_one_line_error, run_cli
+
+from labs_lib.engine import EngineConfig
+from labs_lib.engine_metrics import delta, parse_metrics, token_counts
+from labs_lib.errors import BadInput, LabsError
+from labs_lib.kv_math import plan_capacity
+from labs_lib.models import ModelSpec
+from labs_lib.vllm_engine import (
+    VLLMEngine,
+    command_line,
+    known_flags,
+    parse_help_flags,
+    parse_startup_log,
+    serve_args,
+    unknown_flags,
+)
+
+VLLM = FIXTURES / "vllm"
+HELP = (VLLM / "serve_help_all_0.33.0.txt").read_text()
+
+
+def test_flags_come_from_the_real_help():
+    flags = parse_help_flags(HELP)
+    for flag in ("--gpu-memory-utilization", "--max-model-len", "--max-num-seqs", "--max-num-batched-tokens",
+                 "--enable-prefix-caching", "--disable-prefix-caching", "--enable-chunked-prefill", "--disable-chunked-prefill",
+                 "--kv-cache-dtype", "--attention-backend", "--quantization", "--block-size", "--tensor-parallel-size",
+                 "--served-model-name", "--api-key", "--enforce-eager", "--kv-cache-memory-bytes"):
+        assert flag in flags, flag
+    assert "--swap-space" not in flags and "--no-enable-prefix-caching" not in flags
+    version, shipped = known_flags()
+    assert shipped == frozenset(flags) or version != "0.33.0"
+
+
+def test_every_flag_the_adapter_emits_exists_in_vllm_0_33():
+    config = EngineConfig(model="Qwen/Qwen2.5-7B-Instruct", served_model_name="q", max_model_len=8192, gpu_memory_utilization=0.85,
+                          parallel=64, batch_tokens=4096, prompt_cache=False, chunked_prefill=True, kv_cache_dtype="fp8",
+                          attention_backend="FLASHINFER", quantization="awq", block_size=32, tensor_parallel_size=2,
+                          enforce_eager=True)
+    args = serve_args(config, 8123)
+    assert unknown_flags(args, parse_help_flags(HELP)) == []
+    assert args[:2] == ["serve", "Qwen/Qwen2.5-7B-Instruct"]
+    pairs = dict(zip(args[2::1], args[3::1], strict=False))
+    assert pairs["--port"] == "8123" and pairs["--max-num-seqs"] == "64" and pairs["--kv-cache-dtype"] == "fp8"
+    assert "--disable-prefix-caching" in args and "--enable-chunked-prefill" in args and "--enforce-eager" in args
+
+
+def test_parallel_one_is_max_num_seqs_one_and_none_is_vllms_default():
+    assert serve_args(EngineConfig(model="m", parallel=1))[serve_args(EngineConfig(model="m", parallel=1)).index("--max-num-seqs") + 1] == "1"
+    assert "--max-num-seqs" not in serve_args(EngineConfig(model="m"))
+
+
+def test_the_key_never_goes_on_the_command_line(monkeypatch):
+    monkeypatch.setenv("MY_VLLM_KEY", "sk-vllm-canary-000111222")
+    line = command_line(EngineConfig(model="m", api_key_env="MY_VLLM_KEY"))
+    assert "canary" not in line and line.startswith("VLLM_API_KEY=$MY_VLLM_KEY vllm serve m")
+
+
+def test_removed_flag_is_reported_before_launch():
+    with pytest.raises(BadInput, match="--swap-space"):
+        VLLMEngine(EngineConfig(model="m", extra_args=["--swap-space", "8"]))
+    assert "--swap-space 8" in (VLLM / "swap_space_error_0.33.0.txt").read_text()  # what vLLM itself says
+
+
+def test_kv_dtype_vocabulary():
+    with pytest.raises(BadInput, match="q8_0"):
+        serve_args(EngineConfig(model="m", kv_cache_dtype="q8_0"))
+    assert "--kv-cache-dtype" not in serve_args(EngineConfig(model="m"))  # the default f16 = the model's dtype (auto)
+
+
+def test_starting_without_vllm_is_one_clear_error():
+    engine = VLLMEngine(EngineConfig(model="Qwen/Qwen2.5-7B-Instruct"))
+    if __import__("importlib").util.find_spec("vllm") is None:
+        with pytest.raises(LabsError, match="not installed"):
+            engine.start()
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("startup_v0_issue10517.log", {"available_kv_gib": 3.81, "num_gpu_blocks": 1952, "max_model_len": 20000, "max_concurrency": 1.56,
+                                   "weights_gib": 14.9888, "gpu_memory_utilization": 0.90}),
+    ("startup_v1_pr12569.log", {"num_gpu_blocks": 1381, "max_model_len": 2048, "max_concurrency": 10.79, "weights_gib": 67.7229}),
+    ("startup_v1_twoline_lmcache1739.log", {"available_kv_gib": 6.51, "kv_cache_tokens": 42656, "max_model_len": 32768,
+                                            "max_concurrency": 1.30, "kv_device": "GPU"}),
+    ("startup_v1_twoline_club3090_612.log", {"available_kv_gib": 5.98, "kv_cache_tokens": 567978, "max_model_len": 131072,
+                                             "max_concurrency": 4.33}),
+    ("startup_oneline_cpu_backend.log", {"kv_cache_tokens": 23296, "max_model_len": 4096, "max_concurrency": 5.69}),
+])
+def test_startup_log_parser_on_real_logs(name, expected):
+    alloc = parse_startup_log((VLLM / name).read_text())
+    for key, value in expected.items():
+        assert getattr(alloc, key) == pytest.approx(value), key
+    assert alloc.error is None
+
+
+def test_startup_log_parser_sees_a_refused_start():
+    alloc = parse_startup_log((VLLM / "startup_v0_issue10517_too_long.log").read_text())
+    assert alloc.max_concurrency == 0.82 and "larger than the maximum number of tokens" in alloc.error
+
+
+def test_planner_reproduces_a_logged_pool():
+    # LMCache#1739: Qwen3-14B (40 layers, 40 heads, 8 KV heads of 128), 6.51 GiB available -> 42,656 tokens, 1.30x at 32,768
+    qwen3_14b = ModelSpec("Qwen3-14B", 40, 40, 8, 128, 5120, 151936)
+    logged = parse_startup_log((VLLM / "startup_v1_twoline_lmcache1739.log").read_text())
+    plan = plan_capacity(qwen3_14b, logged.max_model_len, kv_dtype="bf16", available_kv_gib=logged.available_kv_gib)
+    assert plan.kv_cache_tokens == logged.kv_cache_tokens
+    assert round(plan.max_concurrency, 2) == logged.max_concurrency
+
+
+def test_metrics_page_of_vllm_0_33():
+    m = parse_metrics((VLLM / "metrics_0.33.0.txt").read_text())
+    assert m["vllm:num_requests_running"] == 3 and m["vllm:num_requests_waiting"] == 2
+    assert m["vllm:kv_cache_usage_perc"] == pytest.approx(0.42)
+    assert m["vllm:prefix_cache_queries_total"] == 4096 and m["vllm:prefix_cache_hits_total"] == 2048
+    assert m["vllm:num_preemptions_total"] == 1 and m["vllm:time_to_first_token_seconds_count"] == 3
+    counts = token_counts(delta({}, m), "vllm")
+    assert counts == {"prompt_tokens": 4096, "output_tokens": 96, "prompt_tokens_cached": 2048}
+    assert "vllm:gpu_cache_usage_perc" not in m  # the old name is gone
+
+
+def test_metrics_page_of_vllm_0_10_partial():
+    m = parse_metrics((VLLM / "metrics_0.10.0_partial.txt").read_text())
+    assert m["vllm:prefix_cache_queries_total"] == 32 and m["vllm:kv_cache_usage_perc"] < 1e-4
+
+
+def test_error_bodies_are_diagnosed():
+    from labs_lib.diagnose import diagnose
+
+    bodies = json.loads((VLLM / "errors_0.33.0.json").read_text())
+    assert diagnose(bodies["unauthorized_401"]).code == "auth"
+    assert diagnose(bodies["model_not_found_404"]).code == "model_not_found"
+    assert diagnose(bodies["context_exceeded_400"]).code == "context_exceeded"
+
+
+def test_sweep_dry_run_prints_vllm_commands_for_the_gpu_grid():
+    proc = run_cli("sweep", "--engine", "vllm", "--grid", "data/grids/gpu_tuning.yaml", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 5 and all(ln.startswith("vllm serve Qwen/Qwen2.5-7B-Instruct ") for ln in lines)
+    assert "--gpu-memory-utilization 0.5 --disable-prefix-caching" in lines[0]
+    assert "--kv-cache-dtype fp8 --attention-backend FLASH_ATTN" in lines[-1]
+    flags = parse_help_flags(HELP)
+    for line in lines:
+        assert unknown_flags(line.split("#")[0].split(), flags) == []
+    article = run_cli("sweep", "--grid", "data/grids/article_seed002.yaml", "--dry-run")
+    assert "WARNING: vLLM 0.33.0 does not know --swap-space" in article.stdout
+
+
+def test_sweep_dry_run_with_a_model_override():
+    proc = run_cli("sweep", "--grid", "data/grids/gpu_kv_pool.yaml", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--dry-run")
+    assert proc.stdout.count("vllm serve meta-llama/Llama-3.1-8B-Instruct") == 5
+
+
+def test_sweep_bad_grid_is_one_line(tmp_path):
+    assert_one_line_error(run_cli("sweep", "--grid", str(tmp_path / "none.yaml")), "none.yaml")

@@ -28,10 +28,11 @@ _MAX_KEEP_ARRAY = 4096  # longer arrays (vocabularies) are skipped, only their l
 @dataclass
 class GGUFTensor:
     name: str
-    shape: tuple[int, ...]
+    shape: tuple[int, ...]  # ggml order: shape[0] is the row length
     type_name: str
     n_elements: int
     n_bytes: int
+    offset: int = 0  # from the start of the data section
 
 
 @dataclass
@@ -41,6 +42,10 @@ class GGUFMeta:
     fields: dict[str, object]
     array_lengths: dict[str, int] = field(default_factory=dict)
     tensors: list[GGUFTensor] = field(default_factory=list)
+    kv_span: tuple[int, int] = (0, 0)  # byte range of the key/value section
+    value_offsets: dict[str, int] = field(default_factory=dict)  # where each scalar value starts in the file
+    alignment: int = 32
+    data_start: int = 0  # where tensor data begins
 
     @property
     def architecture(self) -> str:
@@ -113,29 +118,37 @@ def read_gguf_meta(path: str | Path, *, header_bytes: int = 64 * 1024 * 1024) ->
             raise ValueError
         fields: dict[str, object] = {}
         lengths: dict[str, int] = {}
+        offsets: dict[str, int] = {}
+        kv_start = cur.pos
         for _ in range(n_kv):
             key = cur.string()
-            value = cur.value(GGUFValueType(cur.unpack("<I")))
+            vtype = GGUFValueType(cur.unpack("<I"))
+            offsets[key] = cur.pos
+            value = cur.value(vtype)
             if isinstance(value, _Skipped):
                 lengths[key] = value.length
             else:
                 fields[key] = value
                 if isinstance(value, list):
                     lengths[key] = len(value)
+        kv_end = cur.pos
         tensors = []
         for _ in range(n_tensors):
             name = cur.string()
             n_dims = int(cur.unpack("<I"))
             shape = tuple(int(cur.unpack("<Q")) for _ in range(n_dims))
             qtype = GGMLQuantizationType(cur.unpack("<I"))
-            cur.unpack("<Q")  # data offset
+            offset = int(cur.unpack("<Q"))
             n_elements = 1
             for dim in shape:
                 n_elements *= dim
             block_values, block_bytes = GGML_QUANT_SIZES[qtype]
-            tensors.append(GGUFTensor(name, shape, qtype.name, n_elements, n_elements // block_values * block_bytes))
+            tensors.append(GGUFTensor(name, shape, qtype.name, n_elements, n_elements // block_values * block_bytes, offset))
+        alignment = int(fields.get("general.alignment", 32))
+        data_start = -(-cur.pos // alignment) * alignment
     except BadInput:
         raise
     except (ValueError, KeyError, struct.error):
         raise BadInput("GGUF file", str(path), "its header is not valid GGUF; allowed: a GGUF v2/v3 model file") from None
-    return GGUFMeta(path=path, version=version, fields=fields, array_lengths=lengths, tensors=tensors)
+    return GGUFMeta(path=path, version=version, fields=fields, array_lengths=lengths, tensors=tensors, kv_span=(kv_start, kv_end),
+                    value_offsets=offsets, alignment=alignment, data_start=data_start)

@@ -83,8 +83,8 @@ def parse_allocation(log_text: str) -> LlamaCppAllocation:
             out.flash_attn_resolved = True
         elif "Flash Attention not supported" in line or "flash_attn = disabled" in line:
             out.flash_attn_resolved = False
-    if out.flash_attn == "disabled":
-        out.flash_attn_resolved = False
+    if out.flash_attn in ("enabled", "disabled"):
+        out.flash_attn_resolved = out.flash_attn == "enabled"
     return out
 
 

@@ -92,3 +92,27 @@ def lab03(*, engine, model, slo_ttft_ms, slo_tpot_ms, resume, quick, interactive
     return SimpleNamespace(engine=resolve_kind(engine_name(engine)), model=model,
                            slo_ttft_ms=positive_number("slo_ttft_ms", slo_ttft_ms), slo_tpot_ms=positive_number("slo_tpot_ms", slo_tpot_ms),
                            resume=flag("resume", resume), quick=flag("quick", quick), interactive=flag("interactive", interactive))
+
+
+def lab04(*, engine, variants, kv_dtypes, eval_tokens, gpu_models, quick, interactive) -> SimpleNamespace:
+    from .engine import resolve_kind
+    from .quant import check_variant
+    from .quant_compare import KV_DTYPES
+
+    if not isinstance(variants, (list, tuple)) or not variants:
+        raise BadInput("variants", variants, "allowed: a non-empty list among F16, BF16, Q8_0, Q5_1, Q5_0, Q4_1, Q4_0, Q4_K_M")
+    if not isinstance(kv_dtypes, (list, tuple)) or not kv_dtypes:
+        raise BadInput("kv_dtypes", kv_dtypes, "allowed: a non-empty list among " + ", ".join(KV_DTYPES))
+    for k in kv_dtypes:
+        choice("kv_dtypes", k, KV_DTYPES)
+    if not isinstance(gpu_models, (list, tuple)) or not all(isinstance(m, dict) and m.get("model") for m in gpu_models):
+        raise BadInput("gpu_models", gpu_models, "allowed: a list of mappings with at least a 'model' id")
+    quick = flag("quick", quick)
+    names = [check_variant(v) for v in variants]
+    p = SimpleNamespace(engine=resolve_kind(engine_name(engine)), variants=names, kv_dtypes=[str(k).lower() for k in kv_dtypes],
+                        eval_tokens=positive_int("eval_tokens", eval_tokens, maximum=4096), gpu_models=list(gpu_models),
+                        quick=quick, interactive=flag("interactive", interactive))
+    if quick:
+        p.variants = [v for v in names if v in ("F16", "Q8_0", "Q4_0", "Q4_K_M")] or names[:2]
+        p.eval_tokens = min(p.eval_tokens, 48)
+    return p

@@ -92,7 +92,7 @@ class Grid:
             for values in combos:
                 cfg = {**self.base, **variant, **dict(zip(keys, values, strict=True))}
                 if self.model is not None:
-                    cfg["model"] = self.model
+                    cfg.setdefault("model", self.model)  # a variant may name its own (quantized) model
                 out.append(cfg)
         return out
 

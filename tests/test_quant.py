@@ -1,0 +1,97 @@
+"""Lab 04's machinery: variants built from the shipped model, the teacher-forced scorer, the comparison."""
+
+import json
+
+import numpy as np
+import pytest
+from conftest import assert_one_line_error, run_cli
+
+from labs_lib import quant
+from labs_lib.engine import EngineConfig
+from labs_lib.errors import BadInput, LabsError
+from labs_lib.gguf_meta import read_gguf_meta
+from labs_lib.llamacpp_engine import LlamaCppEngine
+from labs_lib.load import run_blocking
+from labs_lib.prompts import corpus_text
+from labs_lib.quality import greedy_tokens, score_llamacpp, text_tokens
+from labs_lib.quant_compare import QuantSettings, compare_variants, rank
+
+
+def test_variants_are_built_once_and_reused():
+    first = quant.build_variant("Q4_0", progress=False)
+    meta = read_gguf_meta(first.path)
+    assert first.tensor_types == {"F32": 109, "Q4_0": 127}
+    assert meta.n_params == read_gguf_meta(quant.variant_path("Q4_K_M")).n_params
+    assert meta.fields["general.file_type"] == 2 and meta.array_lengths["tokenizer.ggml.tokens"] == 262144
+    again = quant.build_variant("Q4_0", progress=False)
+    assert again.build_s is None and again.path == first.path
+
+
+def test_unknown_variant_and_short_disk(monkeypatch):
+    with pytest.raises(BadInput, match="Q3_X"):
+        quant.check_variant("Q3_X")
+    import shutil
+    from collections import namedtuple
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10, 10, 1024))
+    with pytest.raises(LabsError, match="not enough disk"):
+        quant.build_variant("Q5_1", force=True, progress=False)
+    assert not quant.variant_path("Q5_1").with_suffix(".partial").exists()
+
+
+def test_roundtrip_error_grows_as_bits_shrink():
+    rt = quant.roundtrip_error("blk.3.attn_q.weight", ("F16", "Q8_0", "Q5_1", "Q4_0"))
+    assert list(rt.bits_per_value) == [16, 8.5, 6, 4.5]
+    assert list(rt.relative_rms_error) == sorted(rt.relative_rms_error)
+    assert rt.relative_rms_error.iloc[0] < 1e-3 < rt.relative_rms_error.iloc[-1]
+
+
+@pytest.mark.engine
+def test_scorer_logprobs_equal_the_engines_own_while_generating_greedily():
+    import httpx
+
+    with LlamaCppEngine(EngineConfig(ctx=1024)) as e:
+        bos, _ = text_tokens(e.root_url, corpus_text("eval.txt"), 1)
+        # the engine generates greedily from BOS, reporting the log-prob of each token it picks...
+        gen = httpx.post(e.root_url + "/completion", json={"prompt": [bos], "n_predict": 24, "n_probs": 1, "temperature": 0,
+                                                            "cache_prompt": False, "return_tokens": True, "ignore_eos": True}).json()
+        generated = gen["tokens"]
+        engine_logprobs = np.array([p["logprob"] for p in gen["completion_probabilities"]])
+        # ...and the scorer, forcing that same text, must report the same log-prob for every token
+        scores = score_llamacpp(e.root_url, bos, generated)
+        assert greedy_tokens(e.root_url, [bos], 24) == generated
+    assert len(generated) == 24
+    assert np.allclose(scores.logprobs, engine_logprobs, atol=1e-4)
+    assert scores.top1_ids == generated  # greedy picks the top-1 at every step
+
+
+@pytest.mark.engine
+def test_quality_ranks_as_measured():
+    df = run_blocking(compare_variants(["Q8_0", "Q4_0"], ["f16", "q4_0"], reference="Q8_0", kv_variant="Q8_0",
+                                       settings=QuantSettings(eval_tokens=40, greedy_tokens=8, speed_requests=2, concurrencies=(1,),
+                                                              prompt_tokens=16, max_tokens=8), progress=False))
+    ppl = dict(zip(df.variant + "/" + df.kv_dtype, df.perplexity, strict=True))
+    assert ppl["Q4_0/f16"] > ppl["Q8_0/f16"] * 1.05  # naive 4-bit loses measurably
+    order = rank(df)
+    assert [ppl[k] for k in order] == sorted(ppl.values())
+    kv = df.set_index(["variant", "kv_dtype"])
+    assert kv.loc[("Q8_0", "q4_0"), "kv_MiB"] < kv.loc[("Q8_0", "f16"), "kv_MiB"] / 3
+    assert kv.loc[("Q8_0", "f16"), "delta_nll"] == 0 and kv.loc[("Q8_0", "f16"), "top1_agreement"] == 1
+
+
+@pytest.mark.engine
+def test_quant_cli_json():
+    proc = run_cli("quant", "--variants", "Q4_0", "--kv-dtypes", "f16", "--quick", "--eval-tokens", "24", "--json", timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    assert [r["variant"] for r in rows] == ["F16", "Q4_0"]
+    for r in rows:
+        for key in ("file_MiB", "perplexity", "delta_nll", "top1_agreement", "tpot_p50_ms", "kv_MiB", "rss_MiB"):
+            assert r[key] is not None
+
+
+@pytest.mark.parametrize("args,needle", [(["--variants", "Q9_9"], "Q9_9"), (["--kv-dtypes", "fp8"], "fp8"),
+                                         (["--variants", ","], "--variants"), (["--eval-tokens", "0"], "--eval-tokens")])
+def test_quant_cli_bad_input(args, needle):
+    assert_one_line_error(run_cli("quant", *args), needle)

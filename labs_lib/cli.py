@@ -174,13 +174,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_capacity)
 
-    from . import bench, quant_compare, runner, serve, sweep
+    from . import bench, doctor, quant_compare, runner, serve, sweep
 
     runner.add_parser(sub)
     serve.add_parser(sub)
     bench.add_parser(sub)
     sweep.add_parser(sub)
     quant_compare.add_parser(sub)
+    doctor.add_parser(sub)
     return parser
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import re
+import urllib.request
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from .keys import mask
 
@@ -67,8 +69,36 @@ RULES: dict[str, tuple[str, str]] = {
     "content_filter": ("the provider's content filter stopped the output (finish_reason 'content_filter').", "rephrase the request."),
     "stream_cut": ("the stream ended early (before [DONE] / the usage chunk): the server died or the connection dropped.",
                    "check the server's log and health; a client timeout can also cut it."),
+    "engine_memory": ("the engine could not allocate its weights or KV cache in the memory it may use: the context, the slots or "
+                      "the batch are too large for it (or gpu_memory_utilization too low).",
+                      "lower the context (max_model_len / n_ctx) or the slots (max_num_seqs / n_parallel), use a smaller KV dtype "
+                      "or model, or give the engine more memory (gpu_memory_utilization)."),
+    "engine_flag": ("the engine refused its configuration: a flag or combination it does not support (a quantized V cache without "
+                    "flash attention, a removed flag such as --swap-space, a quantization that does not match the weights).",
+                    "read the engine's own error line, then change or drop that flag."),
     "unknown": ("an error the doctor does not recognise.", "read the full message and the server's log."),
 }
+
+
+def proxy_for(url: str) -> str | None:
+    """The proxy an HTTP client that trusts the environment would use for `url` (None: direct)."""
+    parts = urlsplit(str(url))
+    if not parts.hostname:
+        return None
+    proxies = urllib.request.getproxies_environment()
+    proxy = proxies.get(parts.scheme) or proxies.get("all")
+    if not proxy:
+        return None
+    host = parts.hostname + (f":{parts.port}" if parts.port else "")
+    return None if urllib.request.proxy_bypass_environment(host, proxies) else proxy
+
+
+def _request_url(exc: BaseException) -> str:
+    try:  # httpx raises RuntimeError when .request was never set
+        request = exc.request  # type: ignore[attr-defined]
+    except (AttributeError, RuntimeError):
+        return ""
+    return str(getattr(request, "url", "") or "")
 
 
 def _make(code: str, evidence: object) -> Diagnosis:
@@ -99,6 +129,11 @@ def _from_status(status: int, message: str) -> str:
 
 def _from_text(text: str) -> str:
     low = text.lower()
+    if any(s in low for s in ("insufficient memory", "failed to allocate", "out of memory", "no available memory for the cache",
+                              "larger than the available kv cache")):
+        return "engine_memory"
+    if any(s in low for s in ("requires flash_attn", "unrecognized arguments", "quantization method", "is not supported by")):
+        return "engine_flag"
     if m := re.search(r"\bhttp (\d{3})\b|\berror code: (\d{3})\b|status[ _]code[=: ]+(\d{3})", low):
         return _from_status(int(next(g for g in m.groups() if g)), low)
     if "proxy" in low:
@@ -168,4 +203,9 @@ def _diagnose_exception(exc: BaseException) -> Diagnosis:
         return _make("timeout", full)
     if any("Proxy" in type(e).__name__ for e in chain):
         return _make("proxy", full)
-    return _make(_from_text(full), full)
+    code = _from_text(full)
+    url = next((u for u in map(_request_url, chain) if u), "")
+    if code in ("connection_refused", "dns", "unknown") and url and (proxy := proxy_for(url)):
+        # "Connection refused" then comes from the proxy, not from the server
+        return _make("proxy", f"{full} (the request went through the proxy {proxy})")
+    return _make(code, full)

@@ -43,7 +43,7 @@ def cache_on_off(root_url: str, prompt: str, n_tokens: int, *, headers: dict | N
     without_cache_server_ms (the server's prompt time for it), same_token."""
     headers = headers or {}
     prompt_ids = token_ids(root_url, prompt, headers)
-    with httpx.Client(timeout=600, trust_env=False) as client:
+    with httpx.Client(timeout=600, trust_env=False, headers={"Connection": "close"}) as client:
         generated, times = _stream_tokens(client, root_url, prompt_ids, n_tokens, headers)
         gaps = [times[0]] + [b - a for a, b in pairwise(times)]
         rows = []

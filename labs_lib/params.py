@@ -116,3 +116,8 @@ def lab04(*, engine, variants, kv_dtypes, eval_tokens, gpu_models, quick, intera
         p.variants = [v for v in names if v in ("F16", "Q8_0", "Q4_0", "Q4_K_M")] or names[:2]
         p.eval_tokens = min(p.eval_tokens, 48)
     return p
+
+
+def lab05(*, ctx_per_request, quick, interactive) -> SimpleNamespace:
+    return SimpleNamespace(ctx_per_request=positive_int("ctx_per_request", ctx_per_request, minimum=256, maximum=32768),
+                           quick=flag("quick", quick), interactive=flag("interactive", interactive))

@@ -30,7 +30,10 @@ def test_ci_runs_make_test_and_nothing_else():
 
 def test_readme_shows_the_two_commands_first():
     readme = (REPO / "README.md").read_text()
-    assert readme.index("make run") < readme.index("make test") < readme.index("GPU")
+    assert readme.index("make run") < readme.index("make test")
+    headings = [line for line in readme.splitlines() if line.startswith("## ")]
+    order = [next(i for i, h in enumerate(headings) if key in h) for key in ("Two commands", "GPU instance", "conda")]
+    assert order == sorted(order) and order[0] == 0, headings
 
 
 @pytest.mark.parametrize("path", sorted((REPO / "notebooks").glob("*.ipynb")), ids=lambda p: p.name)

@@ -1,0 +1,213 @@
+"""The doctor and diagnose(), each verdict tested against the real failure (real engine, real SDK exceptions)."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+import httpx
+import openai
+import pytest
+from conftest import REPO, assert_one_line_error, run_cli
+
+from labs_lib.client_config import check_config
+from labs_lib.diagnose import diagnose
+from labs_lib.doctor import run_doctor
+from labs_lib.endpoints import Endpoint, endpoint_for
+from labs_lib.engine import EngineConfig
+from labs_lib.llamacpp_engine import LlamaCppEngine
+from labs_lib.paths import DATA_DIR
+from labs_lib.troubleshoot import attempt
+
+KEY = "sk-doctor-canary-" + "7" * 12
+
+
+@pytest.fixture(scope="module")
+def engine():
+    os.environ["LABS_DOCTOR_KEY"] = KEY
+    with LlamaCppEngine(EngineConfig(ctx=1024, api_key_env="LABS_DOCTOR_KEY")) as e:
+        yield e
+    os.environ.pop("LABS_DOCTOR_KEY", None)
+
+
+def first_failure(report):
+    return next((c for c in report.checks if c.status == "fail"), None)
+
+
+def client(e, **kw):
+    return openai.OpenAI(**{"base_url": e.base_url, "api_key": KEY, "max_retries": 0, **kw})
+
+
+def chat(c, model="gemma-3-270m", **kw):
+    return c.chat.completions.create(**{"model": model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, **kw})
+
+
+# ---- the doctor's verdicts on broken setups (pytest marks: a real engine)
+
+pytestmark = pytest.mark.engine
+
+
+def test_healthy_setup_passes_every_check(engine):
+    report = run_doctor(endpoint_for(engine))
+    assert report.ok and [c.status for c in report.checks].count("fail") == 0
+    names = [c.name for c in report.checks]
+    assert [n.split(" ")[0] for n in names] == ["1", "1", "1", "2", "2", "3", "4", "5", "6", "7", "8"]
+    assert "exceed" in report.checks[-1].evidence  # the over-long request really was refused
+
+
+@pytest.mark.parametrize("setup,check,cause", [
+    ("wrong key", "4 authentication", "rejected the key"),
+    ("unset key variable", "1 configuration: key", "holds no key"),
+    ("quoted key", "1 configuration: key", "extra characters"),
+    ("dead port", "2 reachability: TCP", "nothing is listening"),
+    ("proxy", "2 reachability: TCP", "proxy"),
+])
+def test_doctor_names_the_real_cause(engine, monkeypatch, setup, check, cause):
+    ep = endpoint_for(engine)
+    env = {"wrong key": ("LABS_DOCTOR_WRONG", "sk-wrong-000000000000"), "quoted key": ("LABS_DOCTOR_QUOTED", f'"{KEY}"')}
+    if setup in env:
+        name, value = env[setup]
+        monkeypatch.setenv(name, value)
+        ep = Endpoint("x", ep.base_url, ep.model, name)
+    elif setup == "unset key variable":
+        monkeypatch.delenv("LABS_DOCTOR_UNSET", raising=False)
+        ep = Endpoint("x", ep.base_url, ep.model, "LABS_DOCTOR_UNSET")
+    elif setup == "dead port":
+        ep = Endpoint("x", "http://127.0.0.1:9/v1", ep.model, ep.api_key_env)
+    elif setup == "proxy":
+        monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+    report = run_doctor(ep)
+    failed = first_failure(report)
+    assert failed is not None and failed.name == check and cause in failed.cause, report.text()
+    assert KEY not in json.dumps(report.to_dict())
+    # ...and the real client call fails the same way
+    key = os.environ.get(ep.api_key_env or "", "") or "none"
+    outcome = attempt(setup, lambda: chat(openai.OpenAI(base_url=ep.base_url, api_key=key, max_retries=0)))
+    assert not outcome.ok
+    expected = {"wrong key": "auth", "unset key variable": "auth", "quoted key": "auth", "dead port": "connection_refused", "proxy": "proxy"}
+    assert outcome.diagnosis.code == expected[setup]
+
+
+def test_proxy_fixed_by_no_proxy(engine, monkeypatch):
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+    monkeypatch.setenv("NO_PROXY", "localhost,127.0.0.1")
+    report = run_doctor(endpoint_for(engine))
+    assert report.ok and "directly" in report.checks[2].evidence
+
+
+def test_lenient_server_is_flagged_for_unknown_models_and_missing_v1(engine):
+    ep = endpoint_for(engine)
+    unknown = run_doctor(Endpoint("x", ep.base_url, "gpt-9", ep.api_key_env))
+    model = next(c for c in unknown.checks if c.name == "5 model")
+    assert unknown.ok and model.status == "warn" and "ignores unknown model names" in model.cause and "gemma-3-270m" in model.fix
+    no_v1 = run_doctor(Endpoint("x", ep.root_url, ep.model, ep.api_key_env))
+    assert no_v1.checks[1].status == "warn" and no_v1.checks[1].fix.endswith("/v1")
+
+
+# ---- diagnose() on real exceptions
+
+
+def test_diagnose_real_sdk_and_user_code_failures(engine):
+    c = client(engine)
+    cases = {
+        "context_exceeded": lambda: chat(c, messages=[{"role": "user", "content": "word " * 1200}]),
+        "timeout": lambda: chat(client(engine, timeout=0.05), max_tokens=100),
+        "choices_missing": lambda: httpx.post(engine.base_url + "/chat/completions", headers={"Authorization": "Bearer sk-nope-000000"},
+                                              json={"messages": [{"role": "user", "content": "Hi"}]}).json()["choices"],
+        "choices_empty": lambda: [ch.choices[0] for ch in chat(c, stream=True, stream_options={"include_usage": True})],
+        "stream_as_json": lambda: httpx.post(engine.base_url + "/chat/completions", headers={"Authorization": f"Bearer {KEY}"},
+                                             json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "stream": True}).json(),
+    }
+    for code, call in cases.items():
+        outcome = attempt(code, call)
+        assert not outcome.ok and outcome.diagnosis.code == code, (code, outcome)
+    assert diagnose(chat(c, max_tokens=2).choices[0].finish_reason).code == "truncated"
+
+
+def test_diagnose_engine_start_failures():
+    outcome = attempt("q8_0 V", lambda: LlamaCppEngine(EngineConfig(kv_cache_dtype="q8_0", flash_attention=False)).start())
+    assert outcome.diagnosis.code == "engine_flag" and "flash_attn" in outcome.error
+    outcome = attempt("too big", lambda: LlamaCppEngine(EngineConfig(ctx=2_000_000, memory_limit_mib=2048)).start())
+    assert outcome.diagnosis.code == "engine_memory"
+
+
+# ---- the CLI: exit 0 against a healthy serve, 1 against a broken one, 2 on bad usage
+
+
+def test_doctor_cli_against_serve():
+    env = {**os.environ, "LABS_DOCTOR_CLI_KEY": KEY}
+    serve = subprocess.Popen([sys.executable, "-m", "labs_lib", "serve", "--api-key-env", "LABS_DOCTOR_CLI_KEY", "--ctx", "1024"],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO, env=env)
+    try:
+        base = None
+        deadline = time.monotonic() + 60
+        while base is None and time.monotonic() < deadline:
+            if m := re.match(r"OpenAI base URL:\s+(\S+)", serve.stdout.readline()):
+                base = m.group(1)
+        healthy = run_cli("doctor", "--base-url", base, "--api-key-env", "LABS_DOCTOR_CLI_KEY", "--model", "gemma-3-270m", "--json",
+                          env={"LABS_DOCTOR_CLI_KEY": KEY})
+        assert healthy.returncode == 0, healthy.stdout
+        out = json.loads(healthy.stdout)
+        assert out["ok"] is True and {c["name"] for c in out["checks"]} >= {"4 authentication", "7 streaming"}
+        assert set(out["checks"][0]) == {"name", "status", "evidence", "cause", "fix"}
+        broken = run_cli("doctor", "--base-url", base, "--api-key-env", "LABS_DOCTOR_CLI_WRONG", env={"LABS_DOCTOR_CLI_WRONG": "sk-wrong-0000000000"})
+        assert broken.returncode == 1 and "4 authentication" in broken.stdout
+        assert KEY not in healthy.stdout + broken.stdout
+    finally:
+        serve.terminate()
+        serve.wait(15)
+
+
+@pytest.mark.parametrize("args,needle", [([], "--endpoint"), (["--endpoint", "local"], "local"), (["--base-url", "not a url"], "not a url"),
+                                         (["--config", "/nonexistent/settings.json"], "settings.json")])
+def test_doctor_bad_usage_exits_2(args, needle):
+    assert_one_line_error(run_cli("doctor", *args), needle)
+
+
+# ---- client configuration files
+
+
+@pytest.mark.parametrize("name,failing", [
+    ("article_seed002_claude_settings.json", "format"),  # not Claude Code's format
+    ("auth.json", "format"),  # base_url in Codex's auth.json
+    ("article_seed002_client.json", "key"),  # placeholder key
+    ("article_seed003_provider.toml", "key"),
+])
+def test_article_configs_fail_the_three_piece_check(name, failing):
+    report = check_config(DATA_DIR / "client_configs" / name)
+    assert not report.ok and first_failure(report).name == failing
+    if name.startswith("article_seed00") and name.endswith((".json", ".toml")) and "claude" not in name:
+        assert next(c for c in report.checks if c.name == "base URL").status == "warn"  # no /v1
+
+
+def test_documented_configs_pass(monkeypatch):
+    monkeypatch.setenv("TAOTOKEN_API_KEY", "sk-config-test-000000000")
+    for name in ("documented_codex_config.toml", "documented_openai_client.json", "documented_claude_settings.json"):
+        assert check_config(DATA_DIR / "client_configs" / name).ok, name
+
+
+def test_oauth_api_key_conflicts(tmp_path):
+    claude = tmp_path / "settings.json"
+    claude.write_text(json.dumps({"env": {"ANTHROPIC_BASE_URL": "https://gw.example.com", "ANTHROPIC_AUTH_TOKEN": "tok-aaaaaaaaaaaa",
+                                          "ANTHROPIC_API_KEY": "key-bbbbbbbbbbbb"}}))
+    conflict = next(c for c in check_config(claude).checks if c.name == "OAuth/API-key conflict")
+    assert conflict.status == "warn" and "both" in conflict.evidence
+    codex = tmp_path / "auth.json"
+    codex.write_text(json.dumps({"OPENAI_API_KEY": "key-cccccccccccc", "tokens": {"id_token": "x", "access_token": "y"}}))
+    conflict = next(c for c in check_config(codex).checks if c.name == "OAuth/API-key conflict")
+    assert conflict.status == "warn" and "preferred_auth_method" in conflict.cause
+    bad_wire = tmp_path / "config.toml"
+    bad_wire.write_text('model = "m"\nmodel_provider = "p"\n[model_providers.p]\nbase_url = "https://x.example.com/v1"\nenv_key = "X"\nwire_api = "chat"\n')
+    assert any(c.name == "wire_api" and c.status == "warn" for c in check_config(bad_wire).checks)
+
+
+def test_config_file_errors(tmp_path):
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    assert_one_line_error(run_cli("doctor", "--config", str(broken)), "broken.json")
+    exit_code = run_cli("doctor", "--config", str(DATA_DIR / "client_configs" / "auth.json")).returncode
+    assert exit_code == 1

@@ -3,6 +3,8 @@ tokens/s per sequence <= memory bandwidth / bytes read per step."""
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from dataclasses import dataclass
 
@@ -11,9 +13,11 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Bandwidth:
-    bytes_per_s: float  # best of the repeats
+    bytes_per_s: float  # DRAM read bandwidth, best of the repeats, all cores
     median_bytes_per_s: float
+    copy_bytes_per_s: float  # read + write of a single-threaded copy (STREAM "copy" convention), for reference
     buffer_bytes: int
+    threads: int
     repeats: int
 
     @property
@@ -21,19 +25,37 @@ class Bandwidth:
         return self.bytes_per_s / 1e9
 
 
-def measure_bandwidth(buffer_mib: int = 256, repeats: int = 7) -> Bandwidth:
-    """Copy bandwidth of this machine: bytes read + bytes written per second (numpy copy, one core
-    or more as numpy uses them). Buffers far larger than the caches, so this is DRAM speed."""
-    n = buffer_mib * 2**20 // 8
-    src = np.ones(n, dtype=np.float64)
-    dst = np.empty_like(src)
-    np.copyto(dst, src)  # fault the pages in before timing
+def measure_bandwidth(buffer_mib: int = 512, repeats: int = 5, threads: int | None = None, chunk_kib: int = 256) -> Bandwidth:
+    """DRAM read bandwidth of this machine, the traffic a decode step makes (it reads weights and KV).
+
+    Each thread streams its share of a buffer much larger than the caches into a small cache-resident
+    chunk (numpy releases the GIL while copying), so nearly all DRAM traffic is reads."""
+    threads = threads or os.cpu_count() or 1
+    src = np.ones(buffer_mib * 2**20 // 8, dtype=np.float64)
+    parts = np.array_split(src, threads)
+    n = chunk_kib * 1024 // 8
+
+    def read(part: np.ndarray) -> None:
+        dst = np.empty(n)
+        for i in range(0, part.size - n + 1, n):
+            np.copyto(dst, part[i : i + n])
+
     rates = []
     for _ in range(repeats):
+        workers = [threading.Thread(target=read, args=(p,)) for p in parts]
+        t = time.perf_counter()
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        rates.append(src.nbytes / (time.perf_counter() - t))
+    dst = np.empty_like(src)
+    copies = []
+    for _ in range(max(2, repeats // 2)):
         t = time.perf_counter()
         np.copyto(dst, src)
-        rates.append(2 * src.nbytes / (time.perf_counter() - t))
-    return Bandwidth(max(rates), float(np.median(rates)), src.nbytes, repeats)
+        copies.append(2 * src.nbytes / (time.perf_counter() - t))
+    return Bandwidth(max(rates), float(np.median(rates)), max(copies), src.nbytes, threads, repeats)
 
 
 def decode_bytes_per_step(weight_bytes: int, kv_bytes_per_token: int, context_tokens: int, batch: int = 1) -> int:
@@ -44,3 +66,14 @@ def decode_bytes_per_step(weight_bytes: int, kv_bytes_per_token: int, context_to
 def bound_tokens_per_s(bandwidth_bytes_per_s: float, bytes_per_step: int, batch: int = 1) -> float:
     """Upper bound on output tokens/s (all sequences together) when decode is bandwidth-bound."""
     return bandwidth_bytes_per_s / bytes_per_step * batch
+
+
+def roofline_row(what: str, weight_bytes: int, kv_bytes_per_token: int, context_tokens: int, bandwidth_bytes_per_s: float,
+                 tpot_ms: float | None = None) -> dict:
+    """One configuration against its bound, one sequence: bytes per step, bound and measured tokens/s
+    (measured = 1000 / TPOT ms) and measured / bound."""
+    step = decode_bytes_per_step(weight_bytes, kv_bytes_per_token, context_tokens)
+    bound = bound_tokens_per_s(bandwidth_bytes_per_s, step)
+    measured = 1000 / tpot_ms if tpot_ms else None
+    return {"what": what, "bytes_per_step": step, "bandwidth_GB_s": bandwidth_bytes_per_s / 1e9, "bound_tokens_per_s": bound,
+            "measured_tokens_per_s": measured, "measured_vs_bound": measured / bound if measured else None}

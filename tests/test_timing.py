@@ -113,3 +113,36 @@ def test_naive_methods_overcount_on_a_real_stream():
     text = "".join(json.loads(line[5:])["choices"][0]["delta"].get("content") or "" for _, line in trace
                    if line.startswith("data: {") and json.loads(line[5:])["choices"])
     assert naive.seed000_len_over_1_5(trace, end)["output_tokens"] == pytest.approx(len(text) / 1.5)
+
+
+def test_network_reads_split_anywhere_give_the_same_record():
+    """feed_bytes: lines cut across reads, CRLF endings, a last line without its newline."""
+    body = "".join(line + "\r\n\r\n" for _, line in VLLM_SHAPED).encode()
+    whole = StreamTimer()
+    whole.feed_bytes(body, 0.5)
+    expected = whole.finish()
+    last_token_line_end = body.index(b"friend") + body[body.index(b"friend"):].index(b"\n")
+    for cut in (1, 7, 50, len(body) // 2, len(body) - 3):
+        timer = StreamTimer()
+        timer.feed_bytes(body[:cut], 0.1)
+        timer.feed_bytes(body[cut:].rstrip(b"\r\n"), 0.2)  # the stream closes without a final newline
+        rec = timer.finish()
+        assert (rec.text, rec.output_tokens, rec.finish_reason, rec.ok) == (expected.text, 4, "length", True), cut
+        # a line completed by the second read carries the second read's time
+        assert rec.e2e_ms == pytest.approx(100.0 if cut > last_token_line_end else 200.0), cut
+
+
+def test_one_clock_reading_per_network_read():
+    timer = StreamTimer()
+    timer.feed_bytes(("\n\n".join(line for _, line in VLLM_SHAPED[1:4]) + "\n\n").encode(), 0.3)
+    timer.feed_bytes(("\n\n".join(line for _, line in VLLM_SHAPED[4:]) + "\n\n").encode(), 0.36)
+    rec = timer.finish()
+    assert rec.itl_ms == pytest.approx([0, 0, 60]) and rec.ttft_ms == pytest.approx(300)
+
+
+def test_unparseable_and_error_chunks_become_record_errors():
+    rec = feed([(0.1, chunk("a")), (0.2, "data: {not json"), (0.3, "data: [DONE]")])
+    assert not rec.ok and "unparseable stream chunk" in rec.error
+    err = "data: " + json.dumps({"error": {"message": "out of KV cache", "code": 500}})
+    rec = feed([(0.1, chunk("a")), (0.2, err), (0.3, "data: [DONE]")])
+    assert rec.error == "server error in stream: out of KV cache"

@@ -1,0 +1,196 @@
+"""Another benchmark client against the same server: GuideLLM's TTFT, inter-token latency and output
+throughput beside the harness's, on the same workload shape (prompt and output lengths, concurrency,
+request count), the embedded engine serving both.
+
+GuideLLM is not a labs requirement: it pulls in PyTorch and transformers (gigabytes). Install it in a
+venv of its own (from PyPI, works offline afterwards; `gguf` lets transformers read the GGUF's
+tokenizer, which GuideLLM needs to size its synthetic prompts):
+
+    python3 -m venv /tmp/guidellm && /tmp/guidellm/bin/pip install guidellm gguf
+    .venv/bin/python bench/client_comparison.py --guidellm /tmp/guidellm/bin/guidellm
+
+Names: GuideLLM's "ITL" is (latency - TTFT) / (output tokens - 1) per request, which is what the
+harness (and vllm bench serve) calls TPOT; GuideLLM's "TPOT" includes TTFT. The rows compare like
+with like, after each client's first wave (GuideLLM's first requests pay for its own start-up).
+Goal: the two clients agree within 10% on median TPOT and output tokens/s at each concurrency (the
+prompts differ in content, not in length); the TTFT ratio is reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from labs_lib.endpoints import endpoint_for
+from labs_lib.engine import EngineConfig, make_engine
+from labs_lib.load import run_blocking, run_load, warm_up
+from labs_lib.paths import cache_dir
+from labs_lib.prompts import PromptFactory, corpus_text, engine_tokenizer, token_ids
+from labs_lib.timing import RequestSpec
+
+from _common import header, verdict
+
+TOLERANCE = 0.10
+EXPORT_TOKENIZER = """
+import sys
+from pathlib import Path
+from transformers import AutoTokenizer
+gguf = Path(sys.argv[1])
+AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(sys.argv[2])
+"""
+
+
+def hf_tokenizer(guidellm: Path, gguf: Path) -> Path:
+    """The GGUF's tokenizer as a Hugging Face tokenizer folder, exported once with GuideLLM's own
+    Python (it has transformers; the labs do not)."""
+    folder = cache_dir() / "tokenizers" / gguf.stem
+    if not (folder / "tokenizer.json").exists():
+        python = guidellm.parent / "python"
+        done = subprocess.run([str(python), "-c", EXPORT_TOKENIZER, str(gguf), str(folder)], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"could not export the tokenizer with {python} (pip install gguf there?): "
+                             f"{done.stderr.strip().splitlines()[-1:]}")
+    return folder
+
+
+def tokenizer_agrees(guidellm: Path, folder: Path, root_url: str) -> bool:
+    text = " ".join(corpus_text().split()[:300])
+    python = guidellm.parent / "python"
+    code = ("import sys, json; from transformers import AutoTokenizer; "
+            "print(json.dumps(AutoTokenizer.from_pretrained(sys.argv[1])(sys.argv[2], add_special_tokens=False).input_ids))")
+    done = subprocess.run([str(python), "-c", code, str(folder), text], capture_output=True, text=True)
+    return done.returncode == 0 and json.loads(done.stdout) == token_ids(root_url, text)
+
+
+@dataclass
+class Timed:
+    """One request as a client clocked it, seconds from that client's first send."""
+
+    start_s: float
+    ttft_s: float
+    e2e_s: float
+    output_tokens: int
+
+
+def steady(requests: list[Timed], concurrency: int) -> dict:
+    """Medians and throughput without the first wave: a client's first `concurrency` requests pay
+    its own start-up (GuideLLM's first wave is seconds slower; see docs/performance.md)."""
+    kept = sorted(requests, key=lambda r: r.start_s)[concurrency:]
+    span = max(r.start_s + r.e2e_s for r in kept) - min(r.start_s for r in kept)
+    return {"ttft_ms": 1000 * float(np.median([r.ttft_s for r in kept])),
+            "tpot_ms": 1000 * float(np.median([(r.e2e_s - r.ttft_s) / (r.output_tokens - 1) for r in kept])),
+            "output_tok_s": sum(r.output_tokens for r in kept) / span, "requests": len(kept)}
+
+
+def run_guidellm(guidellm: Path, root_url: str, model: str, tokenizer: Path, concurrency: int, requests: int,
+                 prompt_tokens: int, output_tokens: int, seed: int = 0) -> tuple[list[Timed], dict, int]:
+    """GuideLLM's per-request clock readings, its own summary (all requests), and its failures."""
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "report.json"
+        cmd = [str(guidellm), "run", "--backend", f"kind=openai_http,target={root_url},model={model}",
+               "--profile", f"kind=concurrent,streams={concurrency}", "--constraint", f"kind=max_requests,count={requests}",
+               "--tokenizer", f"kind=huggingface_auto,model={tokenizer}",
+               "--data", f"kind=synthetic_text,prompt_tokens={prompt_tokens},output_tokens={output_tokens}",
+               # a fresh seed per run: the synthetic prompts are seeded, and a repeat would be a cache hit elsewhere
+               "--seed", f"kind=static,value={seed}", "--output", f"kind=json,path={report}", "--disable-console"]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu_s = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+        if done.returncode != 0 or not report.exists():
+            raise SystemExit(f"guidellm failed ({done.returncode}): {(done.stderr or done.stdout).strip()[-500:]}")
+        bench = json.loads(report.read_text())["benchmarks"][0]
+    timed = []
+    for r in bench["requests"]["successful"]:
+        t = r["info"]["timings"]
+        timed.append(Timed(t["request_start"] - bench["start_time"], t["first_token_iteration"] - t["request_start"],
+                           t["last_token_iteration"] - t["request_start"], r["output_metrics"]["text_tokens"]))
+    m = bench["metrics"]
+    own = {"ttft_ms": m["time_to_first_token_ms"]["successful"]["median"], "tpot_ms": m["inter_token_latency_ms"]["successful"]["median"],
+           "output_tok_s": m["output_token_count"]["successful"]["total_sum"] / bench["duration"], "client_cpu_s": cpu_s}
+    return timed, own, m["request_totals"]["errored"] + m["request_totals"]["incomplete"]
+
+
+def run_harness(endpoint, factory: PromptFactory, concurrency: int, requests: int, prompt_tokens: int,
+                output_tokens: int) -> tuple[list[Timed], dict, int]:
+    specs = [RequestSpec(p, output_tokens, ignore_eos=True) for p in factory.prompts(requests, prompt_tokens)]
+    cpu = time.process_time()  # this process only: the engine is a child with its own clock
+    res = run_blocking(run_load(endpoint, specs, concurrency=concurrency, progress=False))
+    cpu_s = time.process_time() - cpu
+    s = res.summary
+    timed = [Timed(r.sent_s, r.ttft_ms / 1000, r.e2e_ms / 1000, r.output_tokens) for r in res.records if r.ok]
+    own = {"ttft_ms": s["p50_ttft_ms"], "tpot_ms": s["p50_tpot_ms"], "output_tok_s": s["output_throughput"], "client_cpu_s": cpu_s}
+    return timed, own, s["failed"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--guidellm", default=shutil.which("guidellm"), help="the guidellm executable (its venv's python exports the tokenizer)")
+    parser.add_argument("--levels", default="1,4")
+    parser.add_argument("--requests", type=int, default=8, help="per run (at least 3x the concurrency)")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--prompt-tokens", type=int, default=128)
+    parser.add_argument("--output-tokens", type=int, default=64)
+    args = parser.parse_args()
+    header("Another client on the same server: GuideLLM against the harness")
+    if not args.guidellm or not Path(args.guidellm).exists():
+        print("guidellm not found: install it in its own venv (see this script's docstring) and pass --guidellm")
+        return verdict({"guidellm available": False})
+    guidellm = Path(args.guidellm)
+    levels = [int(x) for x in args.levels.split(",")]
+    print(subprocess.run([str(guidellm), "--version"], capture_output=True, text=True).stdout.strip())
+    checks: dict[str, bool] = {}
+    # no prompt cache: each client's prompts are prefilled in full, however often they repeat
+    config = EngineConfig(parallel=max(levels), ctx=max(levels) * (args.prompt_tokens + args.output_tokens + 96), prompt_cache=False)
+    with make_engine("llamacpp", config).start() as engine:
+        tokenizer = hf_tokenizer(guidellm, Path(engine.model_path))
+        agrees = tokenizer_agrees(guidellm, tokenizer, engine.root_url)
+        print(f"tokenizer exported from the GGUF; ids equal to the engine's /tokenize: {agrees}")
+        checks["GuideLLM's tokenizer gives the engine's token ids"] = agrees
+        endpoint = endpoint_for(engine)
+        factory = PromptFactory(engine_tokenizer(engine.root_url), seed=3)
+        run_blocking(warm_up(endpoint, 2))
+        for level in levels:
+            shape = (level, max(args.requests, 3 * level), args.prompt_tokens, args.output_tokens)
+            ours_runs, theirs_runs, first_wave, failed, cpu = [], [], [], [0, 0], [0.0, 0.0]
+            for round_ in range(args.rounds):  # interleaved: this shared machine drifts by +-20% between minutes
+                ours, ours_all, ours_failed = run_harness(endpoint, factory, *shape)
+                theirs, theirs_all, theirs_failed = run_guidellm(guidellm, engine.root_url, engine.model_id, tokenizer, *shape,
+                                                                 seed=100 * level + round_)
+                ours_runs.append(steady(ours, level))
+                theirs_runs.append(steady(theirs, level))
+                first_wave += [1000 * r.ttft_s for r in sorted(theirs, key=lambda r: r.start_s)[:level]]
+                failed[0] += ours_failed
+                failed[1] += theirs_failed
+                cpu[0] += ours_all["client_cpu_s"]
+                cpu[1] += theirs_all["client_cpu_s"]
+            a = {k: float(np.median([r[k] for r in ours_runs])) for k in ours_runs[0]}
+            b = {k: float(np.median([r[k] for r in theirs_runs])) for k in theirs_runs[0]}
+            print(f"\nconcurrency {level}: {shape[1]} requests x {args.rounds} interleaved rounds per client, "
+                  f"{args.prompt_tokens} prompt / {args.output_tokens} output tokens")
+            print(f"  {'steady state':<16}{'harness':>10}{'guidellm':>10}{'ratio':>8}")
+            for key, label in (("ttft_ms", "median TTFT ms"), ("tpot_ms", "median TPOT ms"), ("output_tok_s", "output tok/s")):
+                ratio = b[key] / a[key]
+                print(f"  {label:<16}{a[key]:>10.1f}{b[key]:>10.1f}{ratio:>8.2f}")
+                if key != "ttft_ms":  # TTFT differences are reported, not judged: see docs/performance.md
+                    checks[f"c={level}: steady {label} within {TOLERANCE:.0%}"] = abs(ratio - 1) <= TOLERANCE
+            print(f"  GuideLLM's first wave (left out above): median TTFT {np.median(first_wave):.0f} ms")
+            print(f"  client CPU time: harness {cpu[0]:.1f} s, GuideLLM {cpu[1]:.1f} s (its start-up included), "
+                  f"on {os.cpu_count()} cores shared with the engine; failed {failed[0]} / {failed[1]}")
+            checks[f"c={level}: both clients completed every request"] = failed == [0, 0]
+    return verdict(checks)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

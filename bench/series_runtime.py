@@ -1,0 +1,72 @@
+"""How long the whole series takes headlessly (quick parameters, the embedded engine), cold and warm.
+
+Cold: a fresh, empty labs cache (LABS_CACHE_DIR), so the model is assembled from its wheel and every
+weight variant is built, as on a first `make run` after `make setup`. Warm: the same again with that
+cache filled, as on every later run. The install itself is excluded. Goals on the 2-core CPU
+machine: <= 5 minutes warm, <= 10 minutes cold. Where the time goes: each notebook, and the slowest
+cells of the warm run (papermill records every cell's duration).
+
+    .venv/bin/python bench/series_runtime.py [--runs cold,warm] [--top 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from labs_lib.runner import discover, run_series
+
+from _common import header, verdict
+
+GOAL_S = {"warm": 300.0, "cold": 600.0}
+
+
+def slowest_cells(results, top: int) -> list[tuple[float, str, str]]:
+    cells = []
+    for result in results:
+        nb = json.loads(Path(result.output).read_text())
+        for cell in nb["cells"]:
+            duration = (cell.get("metadata", {}).get("papermill") or {}).get("duration")
+            if cell["cell_type"] == "code" and duration:
+                first = next((line for line in "".join(cell["source"]).splitlines() if line.strip() and not line.startswith("#")), "")
+                cells.append((float(duration), result.name, first.strip()[:70]))
+    return sorted(cells, reverse=True)[:top]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", default="cold,warm", help="which runs, in order (cold fills the cache warm then uses)")
+    parser.add_argument("--top", type=int, default=8, help="slowest cells to list")
+    args = parser.parse_args()
+    runs = [r.strip() for r in args.runs.split(",")]
+    if not set(runs) <= set(GOAL_S):
+        raise SystemExit(f"--runs {args.runs!r}: allowed cold, warm")
+    header("Series runtime: every notebook headlessly, quick parameters, embedded engine")
+    notebooks = discover()
+    checks: dict[str, bool] = {}
+    with tempfile.TemporaryDirectory(prefix="labs-cache-") as cache, tempfile.TemporaryDirectory(prefix="labs-runs-") as out:
+        if "cold" in runs:
+            os.environ["LABS_CACHE_DIR"] = cache  # the kernels inherit it: nothing assembled or built yet
+        # "warm" alone uses the cache the labs already have (run `make run` once first)
+        for run in runs:
+            results = run_series(notebooks, engine="llamacpp", quick=True, out_dir=Path(out) / run, progress=False)
+            total = sum(r.wall_s for r in results)
+            failed = [r.name for r in results if r.status != "ok"]
+            print(f"{run}: {total:.0f} s in all ({total / 60:.1f} min), goal <= {GOAL_S[run]:.0f} s "
+                  f"-> {total / GOAL_S[run]:.2f} of the budget" + (f"; FAILED: {', '.join(failed)}" if failed else ""))
+            for r in results:
+                print(f"  {r.name:<28} {r.wall_s:6.1f} s  {r.wall_s / total:5.1%}")
+            if run == runs[-1]:
+                print(f"slowest cells ({run}):")
+                for seconds, name, first in slowest_cells(results, args.top):
+                    print(f"  {seconds:6.1f} s  {name}: {first}")
+            checks[f"{run} series <= {GOAL_S[run]:.0f} s"] = total <= GOAL_S[run] and not failed
+    return verdict(checks)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""The bench/ scripts start from a fresh clone; the cheap one runs whole (its verdict is not judged
+here: speed is shown by the scripts, not asserted by tests)."""
+
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+
+SCRIPTS = ["series_runtime", "harness_fidelity", "harness_headroom", "decode_roofline", "client_comparison"]
+
+
+def bench(name: str, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPO / "bench" / f"{name}.py"), *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO)
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_every_script_imports_and_documents_itself(name):
+    done = bench(name, "--help")
+    assert done.returncode == 0, done.stderr
+    assert "usage:" in done.stdout
+
+
+def test_headroom_runs_and_ends_with_a_verdict():
+    done = bench("harness_headroom", "--chunks", "20000", "--streams", "8", "--repeats", "1")
+    lines = done.stdout.strip().splitlines()
+    assert done.returncode in (0, 1), done.stderr
+    assert lines[-1] in ("PASS", "FAIL") and (done.returncode == 0) == (lines[-1] == "PASS")
+    measured = [line for line in lines if "harness/plain throughput" in line]
+    assert len(measured) == 2 and "µs/chunk" in measured[0]
+
+
+def test_client_comparison_says_why_without_guidellm():
+    done = bench("client_comparison", "--guidellm", "/nonexistent/guidellm")
+    assert done.returncode == 1 and "guidellm not found" in done.stdout and done.stdout.strip().endswith("FAIL")

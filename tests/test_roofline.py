@@ -1,0 +1,33 @@
+"""The decode roofline: bytes per step, the bound, and the machine's measured read bandwidth."""
+
+import pytest
+
+from labs_lib.kv_math import kv_cache, weight_bytes
+from labs_lib.roofline import bound_tokens_per_s, decode_bytes_per_step, measure_bandwidth, roofline_row
+
+
+def test_llama_8b_on_an_h100_is_bounded_near_200_tokens_per_s():
+    # 8.03e9 bf16 weights = 16.06 GB; H100 SXM 3.35 TB/s: the often-quoted ~200 tok/s single-stream ceiling
+    step = decode_bytes_per_step(weight_bytes("llama-3.1-8b", "bf16"), kv_cache("llama-3.1-8b", 1, 1, "bf16").kv_bytes_per_token, 2048)
+    assert 16.0e9 < step < 16.5e9  # + 2048 tokens x 128 KiB of KV = 0.27 GB
+    assert bound_tokens_per_s(3.35e12, step) == pytest.approx(3.35e12 / step)
+    assert 200 < bound_tokens_per_s(3.35e12, step) < 210
+
+
+def test_batch_shares_the_weights_not_the_kv():
+    one = decode_bytes_per_step(1000, 10, 100, batch=1)
+    eight = decode_bytes_per_step(1000, 10, 100, batch=8)
+    assert (one, eight) == (2000, 9000)
+    assert bound_tokens_per_s(9000.0, eight, batch=8) == pytest.approx(8.0)
+
+
+def test_roofline_row_ratio():
+    row = roofline_row("x", 900, 1, 100, 1e6, tpot_ms=2.0)  # 1000 B/step at 1 MB/s: bound 1000 tok/s, measured 500
+    assert row["bound_tokens_per_s"] == pytest.approx(1000) and row["measured_vs_bound"] == pytest.approx(0.5)
+    assert roofline_row("x", 900, 1, 100, 1e6)["measured_vs_bound"] is None
+
+
+def test_measured_bandwidth_is_a_dram_figure():
+    bw = measure_bandwidth(buffer_mib=64, repeats=2, threads=1)
+    # a 64 MiB stream cannot come from cache; any machine that runs the labs reads 0.5-1000 GB/s
+    assert 0.5e9 < bw.bytes_per_s < 1e12 and bw.median_bytes_per_s <= bw.bytes_per_s and bw.threads == 1

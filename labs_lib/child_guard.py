@@ -33,7 +33,10 @@ def main(argv: list[str]) -> int:
         print("usage: python -m labs_lib.child_guard -- COMMAND [ARGS…]", file=sys.stderr)
         return 2
     command = argv[argv.index("--") + 1 :]
-    parent = os.getppid()
+    parent = int(os.environ.get("LABS_PARENT_PID", "") or os.getppid())  # see engine.PARENT_PID_VARIABLE
+    if os.getppid() != parent:
+        print("child_guard: parent process is gone before the server started", file=sys.stderr, flush=True)
+        return 1
     child = subprocess.Popen(command)  # same process group as this guard
 
     def on_signal(signum, frame):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 
 from .errors import BadInput, LabsError
 
@@ -185,7 +186,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    print(f"warning: {message}", file=file or sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
+    warnings.showwarning = _one_line_warning  # a user reads what happened, not which source line said so
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

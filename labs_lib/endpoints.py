@@ -1,7 +1,7 @@
 """OpenAI-compatible endpoints: a name, a base URL, a model id and the NAME of the key's variable.
 
 Built in: `local` (an engine the labs start: llama.cpp on CPU, vLLM on GPU), `taotoken`
-(https://taotoken.net/api/v1, key in TAOTOKEN_API_KEY, model in TAOTOKEN_MODEL), `vllm`
+(https://taotoken.net/api/v1 or $TAOTOKEN_BASE_URL, key in TAOTOKEN_API_KEY, model in TAOTOKEN_MODEL), `vllm`
 (a vLLM already serving at http://localhost:8000/v1, key in VLLM_API_KEY if set), or any URL.
 """
 
@@ -78,7 +78,8 @@ def resolve(name_or_url: str, *, model: str | None = None, api_key_env: str | No
     if api_key_env is not None:  # a variable named explicitly must hold a key
         read_key(api_key_env, required=True)
     if text == "taotoken":
-        return Endpoint("taotoken", TAOTOKEN_BASE_URL, model or os.environ.get("TAOTOKEN_MODEL") or None,
+        base_url = check_url(os.environ["TAOTOKEN_BASE_URL"]) if os.environ.get("TAOTOKEN_BASE_URL", "").strip() else TAOTOKEN_BASE_URL
+        return Endpoint("taotoken", base_url, model or os.environ.get("TAOTOKEN_MODEL") or None,
                         api_key_env or "TAOTOKEN_API_KEY")
     if text == "vllm":
         return Endpoint("vllm", "http://localhost:8000/v1", model, api_key_env or ("VLLM_API_KEY" if os.environ.get("VLLM_API_KEY") else None))

@@ -161,8 +161,10 @@ class Engine:
         self.log_path = logs / f"{self.kind}-{self.port}-{time.strftime('%Y%m%d-%H%M%S')}.log"
         started = time.perf_counter()
         with open(self.log_path, "wb") as log:
+            # PARENT_PID_VARIABLE: the child compares its parent with this, not with whatever parent it
+            # finds at start-up (this process may be killed before the child has read os.getppid())
             self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-                                         env={**os.environ, **env}, start_new_session=True)
+                                         env={**os.environ, **env, PARENT_PID_VARIABLE: str(os.getpid())}, start_new_session=True)
         self._finalizer = weakref.finalize(self, _terminate_group, self.proc)
         try:
             with contextlib.suppress(BrokenPipeError):  # a child that died at once: _wait_ready reports why
@@ -233,6 +235,9 @@ class Engine:
     def __repr__(self) -> str:
         state = f"running pid {self.pid} at {self.base_url}" if self.is_running() else "stopped"
         return f"<{type(self).__name__} {self.model_id if self.port else ''} {state}>"
+
+
+PARENT_PID_VARIABLE = "LABS_PARENT_PID"  # read by llamacpp_launcher and child_guard (they import nothing from here)
 
 
 def _terminate_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:

@@ -7,6 +7,18 @@ exit status 2; notebooks show it as one line (see `labs_lib.notebook.setup`).
 
 from __future__ import annotations
 
+import re
+
+# a value that looks like an API key is never echoed whole, even in an error about itself
+KEY_LIKE = re.compile(r"\b(sk|rk|pk)-[A-Za-z0-9_\-]{8,}|\bBearer\s+\S{8,}|^[A-Za-z0-9_\-]{32,}$", re.IGNORECASE)
+
+
+def shown(value: object) -> str:
+    """repr(value), with any key-like part masked to its first 3 and last 4 characters."""
+    if isinstance(value, str) and KEY_LIKE.search(value.strip()):
+        return repr(KEY_LIKE.sub(lambda m: m.group(0)[:3] + "…" + m.group(0)[-4:], value.strip())) + " (masked: it looks like a key)"
+    return repr(value)
+
 
 class LabsError(Exception):
     """An error whose message is meant to be read by a person, in one line."""
@@ -17,7 +29,7 @@ class BadInput(LabsError, ValueError):
 
     def __init__(self, what: str, value: object, allowed: str):
         self.what, self.value, self.allowed = what, value, allowed
-        super().__init__(f"{what}: {value!r} is not allowed; {allowed}")
+        super().__init__(f"{what}: {shown(value)} is not allowed; {allowed}")
 
 
 class EngineError(LabsError):

@@ -29,7 +29,7 @@ def _exit_now(signum=None, frame=None) -> None:
 
 def _watch_parent(parent_pid: int, interval_s: float = 0.2) -> None:
     def loop() -> None:
-        while True:
+        while True:  # checked at once too: the parent may have died before this process got here
             if os.getppid() != parent_pid:
                 print("launcher: parent process is gone; exiting", file=sys.stderr, flush=True)
                 _exit_now()
@@ -101,7 +101,7 @@ def build_params(cfg: dict):
 
 
 def main() -> int:
-    parent = os.getppid()
+    parent = int(os.environ.get("LABS_PARENT_PID", "") or os.getppid())  # see engine.PARENT_PID_VARIABLE
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _exit_now)
     _watch_parent(parent)

@@ -121,3 +121,17 @@ def lab04(*, engine, variants, kv_dtypes, eval_tokens, gpu_models, quick, intera
 def lab05(*, ctx_per_request, quick, interactive) -> SimpleNamespace:
     return SimpleNamespace(ctx_per_request=positive_int("ctx_per_request", ctx_per_request, minimum=256, maximum=32768),
                            quick=flag("quick", quick), interactive=flag("interactive", interactive))
+
+
+def check_notebook(lab: str, values: dict[str, object]) -> SimpleNamespace | None:
+    """Validate lab `lab` ("01"…"05")'s parameters as its parameters cell will, so the runner can refuse
+    a bad value in one line before starting a kernel. None when the lab has no validator."""
+    import inspect
+
+    validate = globals().get(f"lab{lab}")
+    if validate is None:
+        return None
+    wanted = inspect.signature(validate).parameters
+    if not set(wanted) <= set(values):
+        return None
+    return validate(**{name: values[name] for name in wanted})

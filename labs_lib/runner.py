@@ -8,6 +8,8 @@ executed notebook, so keys travel only through environment variables.
 from __future__ import annotations
 
 import argparse
+import ast
+import contextlib
 import json
 import os
 import re
@@ -84,6 +86,20 @@ def declared_parameters(path: Path) -> dict[str, dict]:
     return papermill.inspect_notebook(str(path))
 
 
+def check_parameters(notebook: Path, declared: dict[str, dict], given: dict[str, object]) -> None:
+    """Validate a notebook's parameters (its defaults, overridden by `given`) with the lab's own
+    validator, before any kernel starts: a bad value is one line (BadInput), not a failed run."""
+    from .params import check_notebook
+
+    values: dict[str, object] = {}
+    for name, info in declared.items():
+        # a default the parameters cell computes is left out: the notebook validates it itself
+        with contextlib.suppress(ValueError, SyntaxError):
+            values[name] = ast.literal_eval(str(info.get("default")))
+    values.update(given)
+    check_notebook(notebook.stem[:2], values)
+
+
 def _failure_details(output: Path, exc: Exception) -> tuple[str, str | None]:
     ename = getattr(exc, "ename", type(exc).__name__)
     evalue = getattr(exc, "evalue", str(exc))
@@ -91,8 +107,15 @@ def _failure_details(output: Path, exc: Exception) -> tuple[str, str | None]:
     try:
         nb = json.loads(output.read_text())
         for cell in nb["cells"]:
-            if cell["cell_type"] == "code" and any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
+            outputs = cell.get("outputs", [])
+            failed = (cell.get("metadata", {}).get("papermill") or {}).get("exception")
+            if cell["cell_type"] == "code" and (failed or any(o.get("output_type") == "error" for o in outputs)):
                 source = "".join(cell["source"])
+                if not str(evalue).strip():  # a LabsError the notebook showed as one line on stderr
+                    shown = [o for o in outputs if o.get("name") == "stderr"]
+                    if shown:
+                        text = "".join(shown[-1].get("text", "")).strip().splitlines()
+                        return (text[-1] if text else f"{ename}: {evalue}"), source
                 break
     except (OSError, ValueError, KeyError):
         pass
@@ -147,6 +170,9 @@ def run_series(notebooks: list[Path], *, params: dict[str, object] | None = None
     unknown = sorted(set(params) - everywhere)
     if unknown:
         raise BadInput("parameter", unknown[0], "allowed: " + ", ".join(sorted(everywhere)))
+    given = {"quick": quick, "interactive": False, "engine": engine, **params}
+    for nb in notebooks:
+        check_parameters(nb, declared[nb], {k: v for k, v in given.items() if k in declared[nb]})
     if out_dir is None:
         out_dir = RUNS_DIR / datetime.now().strftime("%Y%m%d-%H%M%S")
         latest = RUNS_DIR / "latest"
@@ -160,7 +186,6 @@ def run_series(notebooks: list[Path], *, params: dict[str, object] | None = None
     bar = tqdm(notebooks, desc="labs", unit="notebook", disable=not progress, file=sys.stderr)
     for nb in bar:
         bar.set_postfix_str(nb.stem)
-        given = {"quick": quick, "interactive": False, "engine": engine, **params}
         mine = {k: v for k, v in given.items() if k in declared[nb]}
         output = out_dir / nb.name
         start = time.perf_counter()

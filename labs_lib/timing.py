@@ -18,6 +18,7 @@ its failures. There are no retries: a retry would hide a failure and inflate lat
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from itertools import pairwise
@@ -199,14 +200,16 @@ class StreamTimer:
 
 
 def _http_error(status: int, body: bytes) -> str:
+    """One line: the JSON error's message, an HTML page's title (gateways answer in HTML), or the text."""
     text = body.decode(errors="replace").strip()
     try:
         obj = json.loads(text)
         err = obj.get("error", obj) if isinstance(obj, dict) else obj
         message = err.get("message", err) if isinstance(err, dict) else err
     except (json.JSONDecodeError, AttributeError):
-        message = text[:200]
-    return f"HTTP {status}: {message}"
+        title = re.search(r"<title>(.*?)</title>", text, re.IGNORECASE | re.DOTALL)
+        message = title.group(1) if title else re.sub(r"<[^>]+>", " ", text)
+    return f"HTTP {status}: " + " ".join(str(message).split())[:200]
 
 
 def _transport_error(exc: Exception) -> str:

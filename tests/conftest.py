@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import re
+import secrets
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -41,3 +46,86 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> N
     assert len(err.splitlines()) == 1, err
     for needle in needles:
         assert needle.lower() in err.lower(), (needle, err)
+
+
+# --- reliability helpers: canary keys, leak search, processes tagged through their environment ---
+
+UNMASKED_KEY = re.compile(r"\bsk-(?!…)[A-Za-z0-9_\-]{6,}")
+KEY_VARIABLES = ("TAOTOKEN_API_KEY", "VLLM_API_KEY", "LAB05_API_KEY")
+
+
+def make_canaries() -> dict[str, str]:
+    """A distinctive fake key per variable: anything that prints or saves one is caught by its value."""
+    return {name: f"sk-canary{name.split('_')[0].lower()}{secrets.token_hex(12)}" for name in KEY_VARIABLES}
+
+
+def find_leaks(text: str, canaries: dict[str, str]) -> list[str]:
+    """Canary values (whole, or the middle third of one), and any unmasked sk- string, found in text."""
+    found = [f"canary {name}" for name, value in canaries.items() if value in text or value[10:26] in text]
+    found += [f"unmasked key-like string {m!r}" for m in UNMASKED_KEY.findall(text)]
+    return found
+
+
+def notebook_outputs_and_metadata(path: Path) -> str:
+    """An executed notebook without its cell sources (sources hold literal fake keys the labs send on purpose)."""
+    nb = json.loads(Path(path).read_text())
+    parts = [json.dumps(nb.get("metadata", {}))]
+    for cell in nb["cells"]:
+        parts += [json.dumps(cell.get("metadata", {})), json.dumps(cell.get("outputs", []))]
+    return "\n".join(parts)
+
+
+def files_changed_since(folder: Path, since: float) -> list[Path]:
+    return [p for p in Path(folder).rglob("*") if p.is_file() and p.stat().st_mtime >= since] if Path(folder).exists() else []
+
+
+TAG_VARIABLE = "LABS_TEST_TAG"
+
+
+def tagged_pids(tag: str) -> list[int]:
+    """Processes whose environment carries LABS_TEST_TAG=tag: a tool and everything it started, even
+    after re-parenting (kernels, engines, their helpers)."""
+    needle = f"{TAG_VARIABLE}={tag}".encode()
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit() and int(proc.name) != os.getpid():
+            try:
+                if needle in (proc / "environ").read_bytes().split(b"\0"):
+                    state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                    if state != "Z":  # a zombie holds nothing; its parent reaps it
+                        pids.append(int(proc.name))
+            except OSError:
+                pass
+    return pids
+
+
+def engine_pids(tag: str) -> list[int]:
+    out = []
+    for pid in tagged_pids(tag):
+        try:
+            if b"llamacpp_launcher" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                out.append(pid)
+        except OSError:
+            pass
+    return out
+
+
+def wait_until_gone(tag: str, timeout_s: float = 20.0) -> list[int]:
+    """Tagged processes still alive after timeout_s (empty: all gone)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        alive = tagged_pids(tag)
+        if not alive:
+            return []
+        time.sleep(0.2)
+    return tagged_pids(tag)
+
+
+def listening_ports(pids: list[int]) -> set[int]:
+    import psutil
+
+    ports = set()
+    for pid in pids:
+        with contextlib.suppress(psutil.Error, OSError):
+            ports |= {c.laddr.port for c in psutil.Process(pid).net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN}
+    return ports

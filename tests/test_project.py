@@ -1,9 +1,11 @@
 """Layout promises: one source of requirements, clean notebooks, CI = make test, ruff clean."""
 
 import json
+import re
 import shutil
 import subprocess
 import sys
+from collections import Counter
 
 import pytest
 import yaml
@@ -58,3 +60,22 @@ def test_ruff_clean():
 def test_package_imports_without_optional_gpu_stack():
     proc = subprocess.run([sys.executable, "-c", "import labs_lib.cli, labs_lib.kv_math, labs_lib.runner"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_reliability_table_is_true():
+    """docs/reliability.md: every test it names exists, and each row's Times is the number of cases
+    those tests hold."""
+    text = (REPO / "docs" / "reliability.md").read_text()
+    collected = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                                *sorted({m.split("::")[0] for m in re.findall(r"tests/\w+\.py::\w+", text)})],
+                               capture_output=True, text=True, cwd=REPO, timeout=120).stdout
+    counts = Counter(line.split("[")[0] for line in collected.splitlines() if "::" in line)
+    rows = [line for line in text.splitlines() if re.match(r"\| \d+ \|", line)]
+    assert len(rows) >= 10
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        names = re.findall(r"tests/\w+\.py::\w+", cells[-1])
+        assert names, row
+        for name in names:
+            assert counts[name] > 0, f"{name} is named in docs/reliability.md but no such test is collected"
+        assert int(cells[2]) == sum(counts[n] for n in names), f"row {cells[0]}: Times {cells[2]} != {sum(counts[n] for n in names)}"

@@ -1,0 +1,90 @@
+"""A fault injector for tests: a TCP proxy in front of a REAL engine that misbehaves the way networks
+and gateways do. It never answers in an engine's place, except as a gateway does when its upstream
+is down (502, the body nginx sends). Modes:
+
+- "pass": forward both ways.
+- "cut_before_usage": forward the response until the SSE line that carries a non-null `usage`, then
+  drop both connections (a connection lost at the end of a stream).
+- "gateway": forward; when the upstream refuses the connection, answer 502 Bad Gateway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+
+BAD_GATEWAY_BODY = (b"<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n"
+                    b"<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n")
+BAD_GATEWAY = (b"HTTP/1.1 502 Bad Gateway\r\nServer: nginx\r\nContent-Type: text/html\r\nConnection: close\r\n"
+               b"Content-Length: " + str(len(BAD_GATEWAY_BODY)).encode() + b"\r\n\r\n" + BAD_GATEWAY_BODY)
+
+
+class FaultProxy:
+    def __init__(self, upstream_port: int, mode: str = "pass"):
+        self.upstream_port, self.mode = upstream_port, mode
+        self.loop = asyncio.new_event_loop()
+        self.port = 0
+        self.cuts = 0
+        ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(ready,), daemon=True)
+        self.thread.start()
+        ready.wait(10)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def _run(self, ready: threading.Event) -> None:
+        asyncio.set_event_loop(self.loop)
+        server = self.loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", 0))
+        self.port = server.sockets[0].getsockname()[1]
+        ready.set()
+        self.loop.run_forever()
+
+    async def _handle(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        try:
+            up_r, up_w = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+        except OSError:
+            if self.mode == "gateway":
+                with contextlib.suppress(Exception):
+                    await client_r.read(65536)
+                    client_w.write(BAD_GATEWAY)
+                    await client_w.drain()
+            client_w.close()
+            return
+
+        async def pump(reader, writer, response: bool):
+            seen = b""
+            try:
+                while data := await reader.read(65536):
+                    if response and self.mode == "cut_before_usage":
+                        seen += data
+                        at = seen.find(b'"usage":{')
+                        if at >= 0:
+                            keep = seen.rfind(b"data: ", 0, at) - (len(seen) - len(data))
+                            if keep > 0:
+                                writer.write(data[:keep])
+                                await writer.drain()
+                            self.cuts += 1
+                            break
+                        seen = seen[-65536:]
+                    writer.write(data)
+                    await writer.drain()
+            except (ConnectionError, OSError):
+                pass
+            finally:
+                for w in (client_w, up_w):
+                    w.close()
+
+        await asyncio.gather(pump(client_r, up_w, False), pump(up_r, client_w, True))
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+    def __enter__(self) -> FaultProxy:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

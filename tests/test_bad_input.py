@@ -1,0 +1,163 @@
+"""Malformed input, across the CLI, the library and notebook parameters: each gives one line naming
+the bad value and what is allowed (CLI: exit 2), never a traceback, and nothing already saved is
+lost. docs/reliability.md counts the rows of these tables."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+from conftest import assert_one_line_error, run_cli
+
+from labs_lib import params
+from labs_lib.endpoints import Endpoint, resolve
+from labs_lib.engine import EngineConfig
+from labs_lib.errors import BadInput
+from labs_lib.kv_math import kv_cache, plan_capacity
+from labs_lib.llamacpp_engine import LlamaCppEngine
+from labs_lib.load import run_blocking, run_load
+from labs_lib.models import load_model
+from labs_lib.sweep import load_grid
+from labs_lib.timing import RequestSpec
+
+KEY = "sk-pastedkey0123456789abcdef"
+
+
+def files(tmp: Path) -> dict[str, str]:
+    (tmp / "bad.yaml").write_text("name: [unclosed\n")
+    (tmp / "axis.yaml").write_text("name: x\nengine: llamacpp\nbase: {ctx: 512}\naxes: {warp_drive: [1, 2]}\nworkloads: "
+                                   "[{name: w, concurrency: [1], requests: 1, prompt_tokens: 8, max_tokens: 4}]\n")
+    (tmp / "bad.json").write_text("{not json")
+    (tmp / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 4096}))  # no layers, no heads
+    (tmp / "truncated.gguf").write_bytes(b"GGUF\x03\x00\x00\x00" + b"\x00" * 5)  # the header of a GGUF, cut short
+    (tmp / "notgguf.gguf").write_bytes(b"<!DOCTYPE html> a download that went wrong " * 4)
+    return {k: str(tmp / k) for k in ("bad.yaml", "axis.yaml", "bad.json", "config.json", "truncated.gguf", "notgguf.gguf")}
+
+
+# (id, argv with {file} placeholders, words the one line must contain)
+CLI_CASES = [
+    ("kv unknown model", ["kv", "--model", "llama-9-1t", "--seq-len", "128"], ["llama-9-1t"]),
+    ("kv zero seq-len", ["kv", "--model", "llama-2-7b", "--seq-len", "0"], ["0", "seq"]),
+    ("kv negative batch", ["kv", "--model", "llama-2-7b", "--seq-len", "128", "--batch", "-3"], ["-3"]),
+    ("kv non-numeric seq-len", ["kv", "--model", "llama-2-7b", "--seq-len", "lots"], ["lots"]),
+    ("kv huge batch", ["kv", "--model", "llama-2-7b", "--seq-len", "128", "--batch", "1000000000000"], ["1000000000000"]),
+    ("kv unknown dtype", ["kv", "--model", "llama-2-7b", "--seq-len", "128", "--kv-dtype", "fp7"], ["fp7"]),
+    ("kv tp that splits no heads", ["kv", "--model", "llama-2-7b", "--seq-len", "128", "--tp", "3"], ["3"]),
+    ("kv truncated GGUF", ["kv", "--model", "{truncated.gguf}", "--seq-len", "128"], ["truncated.gguf"]),
+    ("kv file that is not a GGUF", ["kv", "--model", "{notgguf.gguf}", "--seq-len", "128"], ["notgguf.gguf"]),
+    ("kv invalid HF config", ["kv", "--model", "{config.json}", "--seq-len", "128"], ["config.json"]),
+    ("capacity utilization over 1", ["capacity", "--model", "llama-2-7b", "--gpu", "H100-SXM", "--max-model-len", "4096",
+                                     "--gpu-memory-utilization", "1.5"], ["1.5"]),
+    ("capacity unknown GPU", ["capacity", "--model", "llama-2-7b", "--max-model-len", "4096", "--gpu", "RTX-9090"], ["RTX-9090"]),
+    ("bench unknown endpoint", ["bench", "--endpoint", "nowhere"], ["nowhere"]),
+    ("bench malformed URL", ["bench", "--base-url", "ftp://example"], ["ftp://example"]),
+    ("bench port out of range", ["bench", "--base-url", "http://localhost:99999/v1"], ["99999"]),
+    ("bench zero concurrency", ["bench", "--base-url", "http://127.0.0.1:9/v1", "--concurrency", "0"], ["0"]),
+    ("bench non-numeric concurrency", ["bench", "--base-url", "http://127.0.0.1:9/v1", "--concurrency", "1,x"], ["x"]),
+    ("bench unknown engine", ["bench", "--endpoint", "local", "--engine", "tgi"], ["tgi"]),
+    ("bench key pasted as the variable name", ["bench", "--endpoint", "taotoken", "--api-key-env", KEY], ["key variable", "masked"]),
+    ("sweep missing grid", ["sweep", "--grid", "/nonexistent/grid.yaml"], ["/nonexistent/grid.yaml"]),
+    ("sweep invalid YAML", ["sweep", "--grid", "{bad.yaml}"], ["bad.yaml"]),
+    ("sweep unknown axis", ["sweep", "--grid", "{axis.yaml}"], ["warp_drive"]),
+    ("run unknown lab", ["run", "--only", "09"], ["09"]),
+    ("run bad notebook parameter", ["run", "--only", "01", "-p", "seq_len", "-5"], ["seq_len", "-5"]),
+    ("run notebook URL parameter", ["run", "--only", "02", "-p", "endpoint", "ftp://x"], ["ftp://x"]),
+    ("run notebook list parameter", ["run", "--only", "04", "-p", "variants", '["Q3"]'], ["Q3"]),
+    ("run secret parameter", ["run", "-p", "api_key", KEY], ["api_key"]),
+    ("quant unknown variant", ["quant", "--variants", "Q3_K", "--quick"], ["Q3_K"]),
+    ("doctor missing config", ["doctor", "--config", "/nonexistent/config.toml"], ["/nonexistent/config.toml"]),
+    ("doctor invalid config", ["doctor", "--config", "{bad.json}"], ["bad.json"]),
+    ("serve zero context", ["serve", "--ctx", "0"], ["0"]),
+    ("serve unknown KV type", ["serve", "--kv-dtype", "q2"], ["q2"]),
+]
+
+
+@pytest.mark.parametrize("argv, needles", [c[1:] for c in CLI_CASES], ids=[c[0] for c in CLI_CASES])
+def test_cli(argv, needles, tmp_path):
+    paths = files(tmp_path)
+    argv = [paths[a[1:-1]] if a.startswith("{") and a[1:-1] in paths else a for a in argv]
+    done = run_cli(*argv, timeout=120)
+    assert_one_line_error(done, *needles)
+    assert KEY not in done.stderr + done.stdout
+
+
+LIBRARY_CASES = [
+    ("kv_cache zero batch", lambda: kv_cache("llama-2-7b", 1024, 0, "fp16"), "0"),
+    ("kv_cache unknown dtype", lambda: kv_cache("llama-2-7b", 1024, 1, "int3"), "int3"),
+    ("plan_capacity negative memory", lambda: plan_capacity("llama-2-7b", available_kv_gib=-1, max_model_len=4096), "-1"),
+    ("EngineConfig negative ctx", lambda: EngineConfig(ctx=-1).validated(), "-1"),
+    ("llama.cpp engine unknown KV type", lambda: LlamaCppEngine(EngineConfig(kv_cache_dtype="q2")), "q2"),
+    ("load_model unknown", lambda: load_model("gpt-7"), "gpt-7"),
+    ("resolve malformed URL", lambda: resolve("http://"), "http://"),
+    ("run_load no requests", lambda: run_blocking(run_load(Endpoint("x", "http://127.0.0.1:9/v1", "m"), [], concurrency=1)), "0"),
+    ("run_load zero rate", lambda: run_blocking(run_load(Endpoint("x", "http://127.0.0.1:9/v1", "m"), [RequestSpec("x")], rate=0)), "0"),
+    ("load_grid empty axis", lambda: load_grid({"name": "g", "engine": "llamacpp", "axes": {"parallel": []},
+                                                "workloads": [{"name": "w", "concurrency": [1], "requests": 1}]}), "parallel"),
+]
+
+
+@pytest.mark.parametrize("call, needle", [c[1:] for c in LIBRARY_CASES], ids=[c[0] for c in LIBRARY_CASES])
+def test_library(call, needle):
+    with pytest.raises(BadInput) as info:
+        call()
+    message = str(info.value)
+    assert len(message.splitlines()) == 1 and needle in message and "allowed" in message
+
+
+NOTEBOOK_CASES = [
+    ("lab01 zero seq_len", "01", {"seq_len": 0}, "seq_len"),
+    ("lab01 unknown model", "01", {"model": "nope-13b"}, "nope-13b"),
+    ("lab02 non-numeric repeats", "02", {"repeats": "three"}, "three"),
+    ("lab02 empty concurrency list", "02", {"concurrency_levels": []}, "concurrency_levels"),
+    ("lab03 negative SLO", "03", {"slo_ttft_ms": -100}, "-100"),
+    ("lab04 unknown KV dtype", "04", {"kv_dtypes": ["q2"]}, "q2"),
+    ("lab05 tiny context", "05", {"ctx_per_request": 8}, "8"),
+    ("any lab: quick not a flag", "03", {"quick": "perhaps"}, "perhaps"),
+]
+
+
+def defaults(lab: str) -> dict:
+    import ast
+
+    from labs_lib.runner import declared_parameters, discover
+
+    return {k: ast.literal_eval(v["default"]) for k, v in declared_parameters(discover(lab)[0]).items()}
+
+
+@pytest.mark.parametrize("lab, values, needle", [c[1:] for c in NOTEBOOK_CASES], ids=[c[0] for c in NOTEBOOK_CASES])
+def test_notebook_parameters(lab, values, needle):
+    with pytest.raises(BadInput) as info:
+        params.check_notebook(lab, {**defaults(lab), **values})
+    assert len(str(info.value).splitlines()) == 1 and needle in str(info.value)
+
+
+def test_there_are_at_least_25_cases():
+    assert len(CLI_CASES) + len(LIBRARY_CASES) + len(NOTEBOOK_CASES) >= 25
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_nothing_saved_is_lost(tmp_path):
+    """A results file of another schema is refused, not overwritten; a bad sweep, bench or run leaves
+    existing results and executed notebooks as they were."""
+    foreign = tmp_path / "foreign.jsonl"
+    foreign.write_text(json.dumps({"schema": "someone-else/2", "x": 1}) + "\n")
+    grid = Path(__file__).resolve().parents[1] / "data" / "grids" / "cpu_batching.yaml"
+    before = digest(foreign)
+    assert_one_line_error(run_cli("sweep", "--grid", str(grid), "--quick", "--out", str(foreign)), "schema")
+    assert digest(foreign) == before
+
+    saved = tmp_path / "bench.json"
+    saved.write_text('{"kept": true}')
+    assert_one_line_error(run_cli("bench", "--base-url", "http://127.0.0.1:9/v1", "--concurrency", "-1", "--out", str(saved)), "-1")
+    assert saved.read_text() == '{"kept": true}'
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "01_kv_cache_memory.ipynb").write_text("an earlier executed copy")
+    assert_one_line_error(run_cli("run", "--only", "01", "-p", "batch", "0", "--out", str(runs)), "batch")
+    assert (runs / "01_kv_cache_memory.ipynb").read_text() == "an earlier executed copy"

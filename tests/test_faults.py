@@ -1,0 +1,134 @@
+"""Faults during measurement, each against a real engine: killed mid-stream, a connection cut before
+the usage chunk, a server that stalls past the timeout, a gateway's 5xx. Each becomes a failed record
+with its reason; the run completes; the summary counts the failures. Then load: 64 concurrent
+streams against 4 slots, every request accounted for, client memory bounded."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+import time
+import tracemalloc
+
+import pytest
+from fault_proxy import FaultProxy
+
+from labs_lib.endpoints import Endpoint, endpoint_for
+from labs_lib.engine import EngineConfig
+from labs_lib.llamacpp_engine import LlamaCppEngine
+from labs_lib.load import run_blocking, run_load
+from labs_lib.timing import RequestSpec
+
+pytestmark = pytest.mark.engine
+
+
+def specs(n: int, max_tokens: int, prompt: str = "Write a long story about a lighthouse keeper.") -> list[RequestSpec]:
+    return [RequestSpec(f"{prompt} ({i})", max_tokens, ignore_eos=True) for i in range(n)]
+
+
+def accounted(result, n: int) -> None:
+    """Every request has a record; the summary's counts are the records' counts; failures have reasons."""
+    assert len(result.records) == n
+    failed = [r for r in result.records if not r.ok]
+    assert result.summary["failed"] == len(failed) and result.summary["completed"] == n - len(failed)
+    assert all(r.error and r.error.strip() for r in failed)
+    assert sum(result.summary["errors"].values()) == len(failed)
+
+
+def test_engine_killed_mid_stream():
+    engine = LlamaCppEngine(EngineConfig(ctx=2048, parallel=2)).start()
+    try:
+        endpoint = endpoint_for(engine)
+
+        async def run():
+            task = asyncio.create_task(run_load(endpoint, specs(6, 400), concurrency=2, progress=False, timeout_s=30))
+            await asyncio.sleep(2.5)  # both slots streaming
+            os.killpg(engine.proc.pid, signal.SIGKILL)
+            return await task
+
+        result = run_blocking(run())
+    finally:
+        engine.stop()
+    accounted(result, 6)
+    cut = [r for r in result.records if not r.ok and r.chunks > 0]
+    never = [r for r in result.records if not r.ok and r.chunks == 0]
+    assert len(cut) == 2, [r.error for r in result.records]  # the two in flight: tokens received, then the cut
+    assert all(r.tokens_estimated and r.text for r in cut)  # what arrived is kept and marked as counted by the client
+    assert len(never) == 4 and all("Connect" in r.error for r in never)  # the rest found no server
+
+
+def test_connection_cut_before_the_usage_chunk():
+    with LlamaCppEngine(EngineConfig(ctx=1024, parallel=2)) as engine, FaultProxy(engine.port, "cut_before_usage") as proxy:
+        endpoint = Endpoint("proxied", proxy.base_url, engine.model_id)
+        result = run_blocking(run_load(endpoint, specs(4, 12), concurrency=2, progress=False, timeout_s=30))
+    accounted(result, 4)
+    assert proxy.cuts == 4 and result.summary["failed"] == 4
+    for r in result.records:
+        assert r.chunks > 0 and r.output_tokens == r.chunks and r.tokens_estimated
+        assert "RemoteProtocolError" in r.error or "before the usage chunk" in r.error
+
+
+def test_server_that_stalls_past_the_timeout():
+    with LlamaCppEngine(EngineConfig(ctx=1024, parallel=2)) as engine:
+        endpoint = endpoint_for(engine)
+        stopped = threading.Event()
+
+        def stall():
+            time.sleep(1.5)
+            os.killpg(engine.proc.pid, signal.SIGSTOP)  # a real stall: the engine is frozen mid-stream
+            stopped.set()
+
+        threading.Thread(target=stall, daemon=True).start()
+        started = time.monotonic()
+        try:
+            result = run_blocking(run_load(endpoint, specs(2, 400), concurrency=2, progress=False, timeout_s=3))
+        finally:
+            stopped.wait(10)
+            os.killpg(engine.proc.pid, signal.SIGCONT)
+        elapsed = time.monotonic() - started
+    accounted(result, 2)
+    assert result.summary["failed"] == 2 and all("ReadTimeout" in r.error for r in result.records)
+    assert elapsed < 15  # the timeout, not the stall, decided how long the run took
+
+
+def test_gateway_5xx_becomes_records_and_the_run_goes_on():
+    engine = LlamaCppEngine(EngineConfig(ctx=1024, parallel=1)).start()
+    with FaultProxy(engine.port, "gateway") as gateway:
+        endpoint = Endpoint("gateway", gateway.base_url, engine.model_id)
+        before = run_blocking(run_load(endpoint, specs(2, 4), concurrency=1, progress=False))
+        engine.stop()  # the upstream goes away; the gateway keeps answering
+        after = run_blocking(run_load(endpoint, specs(3, 4), concurrency=1, progress=False))
+    accounted(before, 2)
+    accounted(after, 3)
+    assert before.summary["failed"] == 0
+    assert after.summary["failed"] == 3 and all(r.error.startswith("HTTP 502") and "Bad Gateway" in r.error for r in after.records)
+    assert after.summary["errors"] == {after.records[0].error: 3}
+
+
+def test_64_concurrent_streams_against_4_slots():
+    with LlamaCppEngine(EngineConfig(ctx=4 * 160, parallel=4)) as engine:
+        endpoint = endpoint_for(engine)
+        tracemalloc.start()
+        result = run_blocking(run_load(endpoint, specs(64, 8, "Name a colour."), concurrency=64, progress=False, timeout_s=120))
+        _, peak_bytes = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        assert engine.is_running()
+    accounted(result, 64)
+    assert result.summary["completed"] == 64, result.summary["errors"]
+    assert all(r.output_tokens == 8 for r in result.records)
+    assert peak_bytes < 64 * 2**20, f"client peak {peak_bytes / 2**20:.1f} MiB for 64 streams"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("streams", [128, 256])
+def test_many_more_streams_than_slots(streams):
+    with LlamaCppEngine(EngineConfig(ctx=4 * 160, parallel=4)) as engine:
+        tracemalloc.start()
+        result = run_blocking(run_load(endpoint_for(engine), specs(streams, 8, "Name a colour."), concurrency=streams,
+                                       progress=False, timeout_s=300))
+        _, peak_bytes = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    accounted(result, streams)
+    assert peak_bytes < streams * 2**20

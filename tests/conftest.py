@@ -54,9 +54,14 @@ UNMASKED_KEY = re.compile(r"\bsk-(?!…)[A-Za-z0-9_\-]{6,}")
 KEY_VARIABLES = ("TAOTOKEN_API_KEY", "VLLM_API_KEY", "LAB05_API_KEY")
 
 
+def fake_key(label: str) -> str:
+    """A key-shaped fake, made at run time: no key-like string is written into the repository."""
+    return "sk-" + label + secrets.token_hex(12)
+
+
 def make_canaries() -> dict[str, str]:
     """A distinctive fake key per variable: anything that prints or saves one is caught by its value."""
-    return {name: f"sk-canary{name.split('_')[0].lower()}{secrets.token_hex(12)}" for name in KEY_VARIABLES}
+    return {name: fake_key("canary" + name.split("_")[0].lower()) for name in KEY_VARIABLES}
 
 
 def find_leaks(text: str, canaries: dict[str, str]) -> list[str]:

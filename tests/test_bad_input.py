@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import assert_one_line_error, run_cli
+from conftest import assert_one_line_error, fake_key, run_cli
 
 from labs_lib import params
 from labs_lib.endpoints import Endpoint, resolve
@@ -22,7 +22,7 @@ from labs_lib.models import load_model
 from labs_lib.sweep import load_grid
 from labs_lib.timing import RequestSpec
 
-KEY = "sk-pastedkey0123456789abcdef"
+KEY = fake_key("pasted")
 
 
 def files(tmp: Path) -> dict[str, str]:

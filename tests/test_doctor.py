@@ -10,7 +10,7 @@ import time
 import httpx
 import openai
 import pytest
-from conftest import REPO, assert_one_line_error, run_cli
+from conftest import REPO, assert_one_line_error, fake_key, run_cli
 
 from labs_lib.client_config import check_config
 from labs_lib.diagnose import diagnose
@@ -21,7 +21,7 @@ from labs_lib.llamacpp_engine import LlamaCppEngine
 from labs_lib.paths import DATA_DIR
 from labs_lib.troubleshoot import attempt
 
-KEY = "sk-doctor-canary-" + "7" * 12
+KEY = fake_key("doctor-canary-")
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +66,7 @@ def test_healthy_setup_passes_every_check(engine):
 ])
 def test_doctor_names_the_real_cause(engine, monkeypatch, setup, check, cause):
     ep = endpoint_for(engine)
-    env = {"wrong key": ("LABS_DOCTOR_WRONG", "sk-wrong-000000000000"), "quoted key": ("LABS_DOCTOR_QUOTED", f'"{KEY}"')}
+    env = {"wrong key": ("LABS_DOCTOR_WRONG", fake_key("wrong-")), "quoted key": ("LABS_DOCTOR_QUOTED", f'"{KEY}"')}
     if setup in env:
         name, value = env[setup]
         monkeypatch.setenv(name, value)
@@ -154,7 +154,7 @@ def test_doctor_cli_against_serve():
         out = json.loads(healthy.stdout)
         assert out["ok"] is True and {c["name"] for c in out["checks"]} >= {"4 authentication", "7 streaming"}
         assert set(out["checks"][0]) == {"name", "status", "evidence", "cause", "fix"}
-        broken = run_cli("doctor", "--base-url", base, "--api-key-env", "LABS_DOCTOR_CLI_WRONG", env={"LABS_DOCTOR_CLI_WRONG": "sk-wrong-0000000000"})
+        broken = run_cli("doctor", "--base-url", base, "--api-key-env", "LABS_DOCTOR_CLI_WRONG", env={"LABS_DOCTOR_CLI_WRONG": fake_key("wrong-")})
         assert broken.returncode == 1 and "4 authentication" in broken.stdout
         assert KEY not in healthy.stdout + broken.stdout
     finally:
@@ -185,7 +185,7 @@ def test_article_configs_fail_the_three_piece_check(name, failing):
 
 
 def test_documented_configs_pass(monkeypatch):
-    monkeypatch.setenv("TAOTOKEN_API_KEY", "sk-config-test-000000000")
+    monkeypatch.setenv("TAOTOKEN_API_KEY", fake_key("config-test-"))
     for name in ("documented_codex_config.toml", "documented_openai_client.json", "documented_claude_settings.json"):
         assert check_config(DATA_DIR / "client_configs" / name).ok, name
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import REPO
+from conftest import REPO, fake_key
 
 from labs_lib.engine import EngineConfig, port_is_free
 from labs_lib.errors import BadInput, EngineError
@@ -188,7 +188,7 @@ def test_prompt_cache_off_recomputes_every_prompt():
 
 
 def test_api_key_is_enforced_and_never_logged(monkeypatch):
-    monkeypatch.setenv("LABS_ENGINE_TEST_KEY", "sk-enginetest-canary-0987654321")
+    monkeypatch.setenv("LABS_ENGINE_TEST_KEY", fake_key("enginetest-canary-"))
     with LlamaCppEngine(EngineConfig(api_key_env="LABS_ENGINE_TEST_KEY")) as e:
         body = {"model": e.model_id, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
         assert httpx.post(e.base_url + "/chat/completions", json=body).status_code == 401
@@ -229,13 +229,13 @@ def _read_until(proc: subprocess.Popen, marker: str, timeout_s: float = 60) -> l
 def test_serve_answers_the_openai_sdk_with_streaming_and_usage():
     from openai import OpenAI
 
-    key = "sk-servetest-canary-1122334455"
+    key = fake_key("servetest-canary-")
     proc = _serve("--parallel", "2", "--api-key-env", "LABS_SERVE_KEY", env={"LABS_SERVE_KEY": key})
     try:
         lines = _read_until(proc, "Ctrl-C to stop")
         text = "\n".join(lines)
         base_url = next(ln.split(": ", 1)[1].strip() for ln in lines if ln.startswith("OpenAI base URL"))
-        assert "sk-…4455" in text and key not in text and "KV cache: 42.00 MiB" in text
+        assert f"sk-…{key[-4:]}" in text and key not in text and "KV cache: 42.00 MiB" in text
         client = OpenAI(base_url=base_url, api_key=key, max_retries=0)
         stream = client.chat.completions.create(model="gemma-3-270m", messages=[{"role": "user", "content": "Hello"}],
                                                 max_tokens=6, stream=True, stream_options={"include_usage": True})

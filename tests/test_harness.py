@@ -7,7 +7,7 @@ import sys
 import time
 
 import pytest
-from conftest import REPO, assert_one_line_error, run_cli
+from conftest import REPO, assert_one_line_error, fake_key, run_cli
 
 from labs_lib.endpoints import Endpoint, endpoint_for, resolve
 from labs_lib.engine import EngineConfig
@@ -76,7 +76,7 @@ def test_failures_are_records_not_exceptions(engine):
 
 
 def test_saved_results_hold_no_key(tmp_path, monkeypatch):
-    monkeypatch.setenv("LABS_HARNESS_KEY", "sk-harness-canary-5566778899")
+    monkeypatch.setenv("LABS_HARNESS_KEY", fake_key("harness-canary-"))
     with LlamaCppEngine(EngineConfig(api_key_env="LABS_HARNESS_KEY")) as e:
         result = run_blocking(run_load(endpoint_for(e), [RequestSpec("hi", 2)], concurrency=1, progress=False))
         assert result.records[0].ok
@@ -114,12 +114,13 @@ def test_bench_cli_against_a_running_serve(tmp_path):
 
 
 def test_bench_wrong_key_fails_every_request_and_exits_1(monkeypatch):
-    monkeypatch.setenv("LABS_BENCH_SERVER_KEY", "sk-right-key-000000000")
+    monkeypatch.setenv("LABS_BENCH_SERVER_KEY", fake_key("right-key-"))
+    wrong = fake_key("wrong-key-")
     with LlamaCppEngine(EngineConfig(api_key_env="LABS_BENCH_SERVER_KEY")) as e:
         proc = run_cli("bench", "--base-url", e.base_url, "--model", e.model_id, "--api-key-env", "WRONG_KEY", "--requests", "2",
-                       "--json", env={"WRONG_KEY": "sk-wrong-key-111111111"})
+                       "--json", env={"WRONG_KEY": wrong})
     assert proc.returncode == 1 and "401" in proc.stderr
-    assert "sk-wrong-key-111111111" not in proc.stdout + proc.stderr
+    assert wrong not in proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize("args,needles", [

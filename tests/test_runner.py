@@ -1,7 +1,7 @@
 """The headless runner's parsing and refusals (notebook execution itself: test_notebooks.py)."""
 
 import pytest
-from conftest import assert_one_line_error, run_cli
+from conftest import assert_one_line_error, fake_key, run_cli
 
 from labs_lib import runner
 from labs_lib.errors import BadInput
@@ -28,15 +28,17 @@ def test_secret_named_parameters_are_refused(name):
 
 
 def test_secret_looking_values_are_refused_and_not_echoed():
+    key = fake_key("abcdefgh")
     with pytest.raises(BadInput) as info:
-        runner.refuse_secrets({"model": "sk-abcdefghijklmnop1234"})
-    assert "sk-abcdefghijklmnop1234" not in str(info.value)
+        runner.refuse_secrets({"model": key})
+    assert key not in str(info.value)
 
 
 def test_cli_refuses_secret_parameter_before_running():
-    proc = run_cli("run", "--only", "01", "-p", "api_key", "sk-canary-1234567890")
+    key = fake_key("canary-")
+    proc = run_cli("run", "--only", "01", "-p", "api_key", key)
     assert_one_line_error(proc, "api_key", "environment")
-    assert "sk-canary-1234567890" not in proc.stdout + proc.stderr
+    assert key not in proc.stdout + proc.stderr
 
 
 def test_cli_unknown_parameter_and_lab():

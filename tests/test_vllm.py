@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from conftest import FIXTURES, assert_one_line_error, run_cli
+from conftest import FIXTURES, assert_one_line_error, fake_key, run_cli
 
 from labs_lib.engine import EngineConfig
 from labs_lib.engine_metrics import delta, parse_metrics, token_counts
@@ -55,7 +55,7 @@ def test_parallel_one_is_max_num_seqs_one_and_none_is_vllms_default():
 
 
 def test_the_key_never_goes_on_the_command_line(monkeypatch):
-    monkeypatch.setenv("MY_VLLM_KEY", "sk-vllm-canary-000111222")
+    monkeypatch.setenv("MY_VLLM_KEY", fake_key("vllm-canary-"))
     line = command_line(EngineConfig(model="m", api_key_env="MY_VLLM_KEY"))
     assert "canary" not in line and line.startswith("VLLM_API_KEY=$MY_VLLM_KEY vllm serve m")
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO_DIR = Path(__file__).resolve().parents[1]
+from labs_lib.paths import REPO_DIR
 
 
 def cpu_model() -> str:

@@ -37,7 +37,7 @@ from labs_lib.engine import EngineConfig, make_engine
 from labs_lib.load import run_blocking, run_load, warm_up
 from labs_lib.paths import cache_dir
 from labs_lib.prompts import PromptFactory, corpus_text, engine_tokenizer, token_ids
-from labs_lib.timing import RequestSpec
+from labs_lib.timing import RequestSpec, metrics_from_times
 
 from _common import header, verdict
 
@@ -88,8 +88,9 @@ def steady(requests: list[Timed], concurrency: int) -> dict:
     its own start-up (GuideLLM's first wave is seconds slower; see docs/performance.md)."""
     kept = sorted(requests, key=lambda r: r.start_s)[concurrency:]
     span = max(r.start_s + r.e2e_s for r in kept) - min(r.start_s for r in kept)
-    return {"ttft_ms": 1000 * float(np.median([r.ttft_s for r in kept])),
-            "tpot_ms": 1000 * float(np.median([(r.e2e_s - r.ttft_s) / (r.output_tokens - 1) for r in kept])),
+    # the labs' one TPOT definition, applied to either client's clock readings
+    tpot_ms = [metrics_from_times([r.ttft_s, r.e2e_s], r.output_tokens)[1] for r in kept]
+    return {"ttft_ms": 1000 * float(np.median([r.ttft_s for r in kept])), "tpot_ms": float(np.median(tpot_ms)),
             "output_tok_s": sum(r.output_tokens for r in kept) / span, "requests": len(kept)}
 
 

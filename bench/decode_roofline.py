@@ -48,10 +48,9 @@ def decode_speed(config: EngineConfig, requests: int, prompt_tokens: int, max_to
     return {"tpot_ms": float(np.median([r.tpot_ms for r in ok])), "output_tok_s": run.summary["output_throughput"]}
 
 
-def tensor_mix(path) -> str:
+def tensor_mix(meta) -> str:
     """Where a variant's bytes are: MiB per tensor type, and the share of the token embedding (tied:
     Gemma reads it whole every step to compute the logits over its 262k-token vocabulary)."""
-    meta = read_gguf_meta(path)
     by_type = Counter()
     for t in meta.tensors:
         by_type[t.type_name] += t.n_bytes
@@ -114,11 +113,12 @@ def main() -> int:
     rows = []
     for name in names:
         tpot_ms = float(np.median(tpots[name]))
-        row = roofline_row(name, read_gguf_meta(paths[name]).tensor_bytes, kv_per_token, context, bw.bytes_per_s, tpot_ms)
+        meta = read_gguf_meta(paths[name])
+        row = roofline_row(name, meta.tensor_bytes, kv_per_token, context, bw.bytes_per_s, tpot_ms)
         rows.append(row)
         print(f"  {name:<7} {row['bytes_per_step'] / 2**20:7.1f} MiB/step  bound {row['bound_tokens_per_s']:6.1f} tok/s  "
               f"measured {row['measured_tokens_per_s']:6.1f} tok/s (TPOT {tpot_ms:.1f} ms)  measured/bound {row['measured_vs_bound']:.2f}")
-        print(f"          {tensor_mix(paths[name])}")
+        print(f"          {tensor_mix(meta)}")
     default = next(r for r in rows if r["what"] == ORIGINAL) if any(r["what"] == ORIGINAL for r in rows) else None
     if len(rows) > 1:
         fastest = max(rows, key=lambda r: r["measured_tokens_per_s"])

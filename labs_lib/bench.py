@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 
-from .endpoints import Endpoint, open_endpoint
+from .endpoints import Endpoint, add_target_arguments, chosen_target, open_endpoint
 from .errors import BadInput, LabsError, positive_int, positive_number
 from .load import LoadResult, run_blocking, run_load, warm_up
 from .prompts import PromptFactory, engine_tokenizer
@@ -62,8 +62,7 @@ async def bench(endpoint: Endpoint, *, concurrency: list[int] | None, rate: floa
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    if bool(args.endpoint) == bool(args.base_url):
-        raise BadInput("endpoint", args.endpoint or args.base_url or "none", "allowed: exactly one of --endpoint NAME or --base-url URL")
+    target = chosen_target(args)
     concurrency = int_list("--concurrency", args.concurrency) if args.concurrency else None
     rate = positive_number("--rate", args.rate) if args.rate is not None else None
     if concurrency is None and rate is None:
@@ -72,7 +71,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
     prompt_tokens = positive_int("--prompt-tokens", args.prompt_tokens, maximum=1_000_000)
     max_tokens = positive_int("--max-tokens", args.max_tokens, maximum=1_000_000)
     parallel = max(concurrency or [4])
-    target = args.endpoint or args.base_url
     if target == "taotoken" and not args.api_key_env:
         from .keys import read_key
 
@@ -117,10 +115,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def add_parser(sub) -> None:
     p = sub.add_parser("bench", help="TTFT, TPOT, ITL and throughput of an OpenAI-compatible endpoint")
-    p.add_argument("--endpoint", help="local (start the embedded engine), taotoken, or vllm (localhost:8000)")
-    p.add_argument("--base-url", help="any OpenAI-compatible base URL, e.g. http://localhost:8000/v1")
-    p.add_argument("--api-key-env", help="NAME of the environment variable holding the key")
-    p.add_argument("--model", help="model id (default: the endpoint's, or the first it lists)")
+    add_target_arguments(p, endpoint_help="local (start the embedded engine), taotoken, or vllm (localhost:8000)",
+                         model_help="model id (default: the endpoint's, or the first it lists)")
     p.add_argument("--concurrency", help="comma-separated levels, closed loop (default 1)")
     p.add_argument("--rate", help="requests per second, open loop (Poisson arrivals)")
     p.add_argument("--requests", default=16, help="requests per level (default 16)")

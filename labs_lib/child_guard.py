@@ -17,6 +17,13 @@ import sys
 import time
 
 KILL_GRACE_S = 5.0
+PARENT_PID_VARIABLE = "LABS_PARENT_PID"  # set by Engine.start to its own PID
+
+
+def expected_parent() -> int:
+    """The PID that must stay this process's parent: the one that started the engine, not whatever
+    parent there is by the time this runs (the starter may already be dead and this re-parented)."""
+    return int(os.environ.get(PARENT_PID_VARIABLE, "") or os.getppid())
 
 
 def _stop_group(sig: int = signal.SIGTERM) -> None:
@@ -33,7 +40,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m labs_lib.child_guard -- COMMAND [ARGS…]", file=sys.stderr)
         return 2
     command = argv[argv.index("--") + 1 :]
-    parent = int(os.environ.get("LABS_PARENT_PID", "") or os.getppid())  # see engine.PARENT_PID_VARIABLE
+    parent = expected_parent()
     if os.getppid() != parent:
         print("child_guard: parent process is gone before the server started", file=sys.stderr, flush=True)
         return 1

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 import tomllib
 
 from .doctor import Check, Report
-from .errors import BadInput
+from .errors import BadInput, read_user_file
 from .keys import mask
 
 OPENAI_KEYS = {"base_url": ("base_url", "baseURL", "baseUrl", "api_base", "openai_base_url", "endpoint"),
@@ -32,12 +32,7 @@ OPENAI_KEYS = {"base_url": ("base_url", "baseURL", "baseUrl", "api_base", "opena
 
 
 def _load(path: Path) -> dict:
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise BadInput("--config", str(path), "allowed: a path to an existing config file") from None
-    except (OSError, UnicodeDecodeError):
-        raise BadInput("--config", str(path), "it is not a readable text file") from None
+    text = read_user_file(path, "--config", "config file")
     try:
         data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:

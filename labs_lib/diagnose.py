@@ -127,29 +127,37 @@ def _from_status(status: int, message: str) -> str:
     return "unknown"
 
 
+# Phrases in an error's text -> a rule, in order: the first match wins. Engine start-up failures are
+# read before any HTTP status in the text, the transport's own words after it.
+ENGINE_SIGNS = (
+    ("engine_memory", ("insufficient memory", "failed to allocate", "out of memory", "no available memory for the cache",
+                       "larger than the available kv cache")),
+    ("engine_flag", ("requires flash_attn", "unrecognized arguments", "quantization method", "is not supported by")),
+)
+TEXT_SIGNS = (
+    ("proxy", ("proxy",)),
+    ("connection_refused", ("connection refused", "errno 111", "connect call failed")),
+    ("dns", ("name or service not known", "getaddrinfo", "nodename nor servname", "temporary failure in name")),
+    ("timeout", ("timed out", "timeout")),
+    ("auth", ("invalid api key", "unauthorized", "incorrect api key")),
+    ("stream_cut", ("stream ended before", "incomplete chunked read", "peer closed connection", "server disconnected")),
+    ("context_exceeded", ("exceed_context", "context length")),
+)
+STATUS_IN_TEXT = re.compile(r"\bhttp (\d{3})\b|\berror code: (\d{3})\b|status[ _]code[=: ]+(\d{3})")
+
+
+def _first_sign(low: str, signs) -> str | None:
+    return next((code for code, phrases in signs if any(p in low for p in phrases)), None)
+
+
 def _from_text(text: str) -> str:
     low = text.lower()
-    if any(s in low for s in ("insufficient memory", "failed to allocate", "out of memory", "no available memory for the cache",
-                              "larger than the available kv cache")):
-        return "engine_memory"
-    if any(s in low for s in ("requires flash_attn", "unrecognized arguments", "quantization method", "is not supported by")):
-        return "engine_flag"
-    if m := re.search(r"\bhttp (\d{3})\b|\berror code: (\d{3})\b|status[ _]code[=: ]+(\d{3})", low):
+    if code := _first_sign(low, ENGINE_SIGNS):
+        return code
+    if m := STATUS_IN_TEXT.search(low):
         return _from_status(int(next(g for g in m.groups() if g)), low)
-    if "proxy" in low:
-        return "proxy"
-    if "connection refused" in low or "errno 111" in low or "connect call failed" in low:
-        return "connection_refused"
-    if "name or service not known" in low or "getaddrinfo" in low or "nodename nor servname" in low or "temporary failure in name" in low:
-        return "dns"
-    if "timed out" in low or "timeout" in low:
-        return "timeout"
-    if "invalid api key" in low or "unauthorized" in low or "incorrect api key" in low:
-        return "auth"
-    if "stream ended before" in low or "incomplete chunked read" in low or "peer closed connection" in low or "server disconnected" in low:
-        return "stream_cut"
-    if "exceed_context" in low or "context length" in low:
-        return "context_exceeded"
+    if code := _first_sign(low, TEXT_SIGNS):
+        return code
     if "model" in low and ("not exist" in low or "not found" in low):
         return "model_not_found"
     return "unknown"

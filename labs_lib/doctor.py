@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from .diagnose import RULES, diagnose, proxy_for, redact
-from .endpoints import Endpoint
+from .endpoints import Endpoint, add_target_arguments, chosen_target, resolve
 from .keys import mask
 
 STATUSES = ("ok", "warn", "fail", "skipped")
@@ -359,7 +359,6 @@ def _completion_checks(client, endpoint: Endpoint, model: str | None, models_res
 
 
 def cmd_doctor(args) -> int:
-    from .endpoints import resolve
     from .errors import BadInput
 
     if args.config:
@@ -367,15 +366,14 @@ def cmd_doctor(args) -> int:
 
         report = check_config(args.config)
     else:
-        if bool(args.endpoint) == bool(args.base_url):
-            raise BadInput("endpoint", args.endpoint or args.base_url or "none", "allowed: exactly one of --endpoint NAME, --base-url URL or --config PATH")
-        if args.endpoint == "local":
+        target = chosen_target(args, "exactly one of --endpoint NAME, --base-url URL or --config PATH")
+        if target == "local":
             raise BadInput("--endpoint", "local", "allowed: taotoken, vllm, or --base-url of a running server (start one with `python -m labs_lib serve`)")
         if args.api_key_env and not os.environ.get(args.api_key_env, "").strip():
-            endpoint = resolve(args.endpoint or args.base_url, model=args.model)
+            endpoint = resolve(target, model=args.model)
             endpoint = Endpoint(endpoint.name, endpoint.base_url, endpoint.model, args.api_key_env)  # the doctor reports it, not refuses
         else:
-            endpoint = resolve(args.endpoint or args.base_url, model=args.model, api_key_env=args.api_key_env)
+            endpoint = resolve(target, model=args.model, api_key_env=args.api_key_env)
         report = run_doctor(endpoint, timeout_s=float(args.timeout))
     print(json.dumps(report.to_dict(), indent=2) if args.json else report.text())
     return 0 if report.ok else 1
@@ -383,10 +381,7 @@ def cmd_doctor(args) -> int:
 
 def add_parser(sub) -> None:
     p = sub.add_parser("doctor", help="diagnose an OpenAI-compatible endpoint (or a client config file) step by step")
-    p.add_argument("--endpoint", help="taotoken or vllm")
-    p.add_argument("--base-url", help="any OpenAI-compatible base URL")
-    p.add_argument("--model", help="the model id you send")
-    p.add_argument("--api-key-env", help="NAME of the environment variable holding the key")
+    add_target_arguments(p, endpoint_help="taotoken or vllm", model_help="the model id you send")
     p.add_argument("--config", help="check a client config file instead (OpenAI-SDK JSON/TOML, Claude Code settings.json, Codex config.toml/auth.json)")
     p.add_argument("--timeout", default=15, help="seconds per request (default 15)")
     p.add_argument("--json", action="store_true")

@@ -88,6 +88,21 @@ def resolve(name_or_url: str, *, model: str | None = None, api_key_env: str | No
     raise BadInput("endpoint", name_or_url, "allowed: " + ", ".join(BUILTIN) + ", or an http(s):// base URL")
 
 
+def add_target_arguments(parser, *, endpoint_help: str, model_help: str) -> None:
+    """--endpoint / --base-url / --api-key-env / --model, the way every command that talks to a server takes them."""
+    parser.add_argument("--endpoint", help=endpoint_help)
+    parser.add_argument("--base-url", help="any OpenAI-compatible base URL, e.g. http://localhost:8000/v1")
+    parser.add_argument("--api-key-env", help="NAME of the environment variable holding the key")
+    parser.add_argument("--model", help=model_help)
+
+
+def chosen_target(args, allowed: str = "exactly one of --endpoint NAME or --base-url URL") -> str:
+    """The one of --endpoint and --base-url that was given, or BadInput."""
+    if bool(args.endpoint) == bool(args.base_url):
+        raise BadInput("endpoint", args.endpoint or args.base_url or "none", "allowed: " + allowed)
+    return args.endpoint or args.base_url
+
+
 @contextlib.contextmanager
 def open_endpoint(name_or_url: str, *, model: str | None = None, api_key_env: str | None = None, engine: str = "auto",
                   engine_config=None, **engine_changes) -> Iterator[tuple[Endpoint, object]]:

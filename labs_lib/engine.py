@@ -20,6 +20,7 @@ from pathlib import Path
 
 import httpx
 
+from .child_guard import PARENT_PID_VARIABLE
 from .errors import BadInput, EngineError, choice, fraction, positive_int
 from .keys import read_key
 from .paths import cache_dir
@@ -161,8 +162,7 @@ class Engine:
         self.log_path = logs / f"{self.kind}-{self.port}-{time.strftime('%Y%m%d-%H%M%S')}.log"
         started = time.perf_counter()
         with open(self.log_path, "wb") as log:
-            # PARENT_PID_VARIABLE: the child compares its parent with this, not with whatever parent it
-            # finds at start-up (this process may be killed before the child has read os.getppid())
+            # the child watches for this PID to stop being its parent (child_guard.expected_parent)
             self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
                                          env={**os.environ, **env, PARENT_PID_VARIABLE: str(os.getpid())}, start_new_session=True)
         self._finalizer = weakref.finalize(self, _terminate_group, self.proc)
@@ -237,7 +237,6 @@ class Engine:
         return f"<{type(self).__name__} {self.model_id if self.port else ''} {state}>"
 
 
-PARENT_PID_VARIABLE = "LABS_PARENT_PID"  # read by llamacpp_launcher and child_guard (they import nothing from here)
 
 
 def _terminate_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:

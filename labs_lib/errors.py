@@ -7,16 +7,20 @@ exit status 2; notebooks show it as one line (see `labs_lib.notebook.setup`).
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 
-# a value that looks like an API key is never echoed whole, even in an error about itself
-KEY_LIKE = re.compile(r"\b(sk|rk|pk)-[A-Za-z0-9_\-]{8,}|\bBearer\s+\S{8,}|^[A-Za-z0-9_\-]{32,}$", re.IGNORECASE)
+# What looks like an API key: never echoed whole (BadInput), never accepted as a notebook parameter (runner).
+KEY_LIKE = re.compile(r"\b(sk|rk|pk)-[A-Za-z0-9_\-]{8,}|\bBearer\s+\S+|^[A-Za-z0-9_\-]{32,}$", re.IGNORECASE)
 
 
 def shown(value: object) -> str:
-    """repr(value), with any key-like part masked to its first 3 and last 4 characters."""
+    """repr(value), with every key-like part masked (keys.mask)."""
     if isinstance(value, str) and KEY_LIKE.search(value.strip()):
-        return repr(KEY_LIKE.sub(lambda m: m.group(0)[:3] + "…" + m.group(0)[-4:], value.strip())) + " (masked: it looks like a key)"
+        from .keys import mask  # keys imports this module
+
+        return repr(KEY_LIKE.sub(lambda m: mask(m.group(0)), value.strip())) + " (masked: it looks like a key)"
     return repr(value)
 
 
@@ -30,6 +34,16 @@ class BadInput(LabsError, ValueError):
     def __init__(self, what: str, value: object, allowed: str):
         self.what, self.value, self.allowed = what, value, allowed
         super().__init__(f"{what}: {shown(value)} is not allowed; {allowed}")
+
+
+def read_user_file(path: str | os.PathLike, what: str, allowed: str) -> str:
+    """The text of a file a user named, or BadInput: missing -> "allowed: a path to an existing {allowed}"."""
+    try:
+        return Path(path).read_text()
+    except FileNotFoundError:
+        raise BadInput(what, str(path), f"allowed: a path to an existing {allowed}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInput(what, str(path), f"it is not a readable text file ({type(exc).__name__}); allowed: {allowed}") from None
 
 
 class EngineError(LabsError):

@@ -19,6 +19,8 @@ import sys
 import threading
 import time
 
+from .child_guard import expected_parent
+
 KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")
 
 
@@ -101,7 +103,7 @@ def build_params(cfg: dict):
 
 
 def main() -> int:
-    parent = int(os.environ.get("LABS_PARENT_PID", "") or os.getppid())  # see engine.PARENT_PID_VARIABLE
+    parent = expected_parent()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _exit_now)
     _watch_parent(parent)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-from .errors import BadInput
+from .errors import BadInput, read_user_file
 from .paths import DATA_DIR
 
 # llama.cpp's layer pattern for sliding-window architectures whose GGUF carries no per-layer
@@ -201,11 +201,10 @@ def from_hf_config(source: str | Path | dict) -> ModelSpec:
         cfg, label = source, "config dict"
     else:
         path = Path(source)
+        text = read_user_file(path, "config.json", "Hugging Face config.json")
         try:
-            cfg = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise BadInput("config.json", str(path), "allowed: a path to an existing Hugging Face config.json") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            cfg = json.loads(text)
+        except json.JSONDecodeError as exc:
             raise BadInput("config.json", str(path), f"it is not readable JSON ({type(exc).__name__}); allowed: a Hugging Face config.json") from None
         label = str(path)
     if not isinstance(cfg, dict):

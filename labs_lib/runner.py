@@ -19,11 +19,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from .errors import BadInput, LabsError
+from .errors import KEY_LIKE, BadInput, LabsError
 from .paths import NOTEBOOKS_DIR, RUNS_DIR
 
 SECRET_NAME = re.compile(r"key|token|secret|passw|credential|auth|bearer", re.IGNORECASE)
-SECRET_VALUE = re.compile(r"\b(sk|rk|pk)-[A-Za-z0-9_\-]{8,}|\bBearer\s+\S+", re.IGNORECASE)
 CELL_TIMEOUT_S = 1800
 
 
@@ -75,7 +74,7 @@ def refuse_secrets(params: dict[str, object]) -> None:
         if SECRET_NAME.search(name):
             raise BadInput("parameter", name, "its name looks like a secret; allowed: put keys in environment variables "
                            "(e.g. TAOTOKEN_API_KEY) — papermill saves parameters into every executed notebook")
-        if isinstance(value, str) and SECRET_VALUE.search(value):
+        if isinstance(value, str) and KEY_LIKE.search(value.strip()):
             raise BadInput(f"parameter {name}", "<hidden: looks like a key>", "allowed: non-secret values; keys go in environment variables")
 
 

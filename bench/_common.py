@@ -34,9 +34,15 @@ def memory_gib() -> float | None:
 
 def commit() -> str:
     try:
-        out = subprocess.run(["git", "-C", str(REPO_DIR), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "-C", str(REPO_DIR), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        out = subprocess.run(
+            ["git", "-C", str(REPO_DIR), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+        )
+        dirty = subprocess.run(
+            ["git", "-C", str(REPO_DIR), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
         return out.stdout.strip() + ("+changes" if dirty else "") if out.returncode == 0 else "unknown"
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
@@ -45,9 +51,12 @@ def commit() -> str:
 def header(title: str) -> None:
     mem = memory_gib()
     print(f"# {title}")
-    print(f"date {dt.datetime.now(dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} · commit {commit()} · "
-          f"{os.cpu_count()} CPUs ({cpu_model()}) · {mem:.0f} GiB RAM · Python {platform.python_version()}"
-          if mem else f"date {dt.datetime.now(dt.timezone.utc):%Y-%m-%d} · commit {commit()} · {os.cpu_count()} CPUs")
+    print(
+        f"date {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')} · commit {commit()} · "
+        f"{os.cpu_count()} CPUs ({cpu_model()}) · {mem:.0f} GiB RAM · Python {platform.python_version()}"
+        if mem
+        else f"date {dt.datetime.now(dt.UTC):%Y-%m-%d} · commit {commit()} · {os.cpu_count()} CPUs"
+    )
     sys.stdout.flush()
 
 

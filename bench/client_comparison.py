@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from labs_lib.endpoints import endpoint_for
-from labs_lib.engine import EngineConfig, make_engine
+from labs_lib.engines import EngineConfig, make_engine
 from labs_lib.load import run_blocking, run_load, warm_up
 from labs_lib.paths import cache_dir
 from labs_lib.prompts import PromptFactory, corpus_text, engine_tokenizer, token_ids
@@ -59,16 +59,19 @@ def hf_tokenizer(guidellm: Path, gguf: Path) -> Path:
         python = guidellm.parent / "python"
         done = subprocess.run([str(python), "-c", EXPORT_TOKENIZER, str(gguf), str(folder)], capture_output=True, text=True)
         if done.returncode != 0:
-            raise SystemExit(f"could not export the tokenizer with {python} (pip install gguf there?): "
-                             f"{done.stderr.strip().splitlines()[-1:]}")
+            raise SystemExit(
+                f"could not export the tokenizer with {python} (pip install gguf there?): {done.stderr.strip().splitlines()[-1:]}"
+            )
     return folder
 
 
 def tokenizer_agrees(guidellm: Path, folder: Path, root_url: str) -> bool:
     text = " ".join(corpus_text().split()[:300])
     python = guidellm.parent / "python"
-    code = ("import sys, json; from transformers import AutoTokenizer; "
-            "print(json.dumps(AutoTokenizer.from_pretrained(sys.argv[1])(sys.argv[2], add_special_tokens=False).input_ids))")
+    code = (
+        "import sys, json; from transformers import AutoTokenizer; "
+        "print(json.dumps(AutoTokenizer.from_pretrained(sys.argv[1])(sys.argv[2], add_special_tokens=False).input_ids))"
+    )
     done = subprocess.run([str(python), "-c", code, str(folder), text], capture_output=True, text=True)
     return done.returncode == 0 and json.loads(done.stdout) == token_ids(root_url, text)
 
@@ -90,21 +93,48 @@ def steady(requests: list[Timed], concurrency: int) -> dict:
     span = max(r.start_s + r.e2e_s for r in kept) - min(r.start_s for r in kept)
     # the labs' one TPOT definition, applied to either client's clock readings
     tpot_ms = [metrics_from_times([r.ttft_s, r.e2e_s], r.output_tokens)[1] for r in kept]
-    return {"ttft_ms": 1000 * float(np.median([r.ttft_s for r in kept])), "tpot_ms": float(np.median(tpot_ms)),
-            "output_tok_s": sum(r.output_tokens for r in kept) / span, "requests": len(kept)}
+    return {
+        "ttft_ms": 1000 * float(np.median([r.ttft_s for r in kept])),
+        "tpot_ms": float(np.median(tpot_ms)),
+        "output_tok_s": sum(r.output_tokens for r in kept) / span,
+        "requests": len(kept),
+    }
 
 
-def run_guidellm(guidellm: Path, root_url: str, model: str, tokenizer: Path, concurrency: int, requests: int,
-                 prompt_tokens: int, output_tokens: int, seed: int = 0) -> tuple[list[Timed], dict, int]:
+def run_guidellm(
+    guidellm: Path,
+    root_url: str,
+    model: str,
+    tokenizer: Path,
+    concurrency: int,
+    requests: int,
+    prompt_tokens: int,
+    output_tokens: int,
+    seed: int = 0,
+) -> tuple[list[Timed], dict, int]:
     """GuideLLM's per-request clock readings, its own summary (all requests), and its failures."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
-        cmd = [str(guidellm), "run", "--backend", f"kind=openai_http,target={root_url},model={model}",
-               "--profile", f"kind=concurrent,streams={concurrency}", "--constraint", f"kind=max_requests,count={requests}",
-               "--tokenizer", f"kind=huggingface_auto,model={tokenizer}",
-               "--data", f"kind=synthetic_text,prompt_tokens={prompt_tokens},output_tokens={output_tokens}",
-               # a fresh seed per run: the synthetic prompts are seeded, and a repeat would be a cache hit elsewhere
-               "--seed", f"kind=static,value={seed}", "--output", f"kind=json,path={report}", "--disable-console"]
+        cmd = [
+            str(guidellm),
+            "run",
+            "--backend",
+            f"kind=openai_http,target={root_url},model={model}",
+            "--profile",
+            f"kind=concurrent,streams={concurrency}",
+            "--constraint",
+            f"kind=max_requests,count={requests}",
+            "--tokenizer",
+            f"kind=huggingface_auto,model={tokenizer}",
+            "--data",
+            f"kind=synthetic_text,prompt_tokens={prompt_tokens},output_tokens={output_tokens}",
+            # a fresh seed per run: the synthetic prompts are seeded, and a repeat would be a cache hit elsewhere
+            "--seed",
+            f"kind=static,value={seed}",
+            "--output",
+            f"kind=json,path={report}",
+            "--disable-console",
+        ]
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -115,29 +145,42 @@ def run_guidellm(guidellm: Path, root_url: str, model: str, tokenizer: Path, con
     timed = []
     for r in bench["requests"]["successful"]:
         t = r["info"]["timings"]
-        timed.append(Timed(t["request_start"] - bench["start_time"], t["first_token_iteration"] - t["request_start"],
-                           t["last_token_iteration"] - t["request_start"], r["output_metrics"]["text_tokens"]))
+        timed.append(
+            Timed(
+                t["request_start"] - bench["start_time"],
+                t["first_token_iteration"] - t["request_start"],
+                t["last_token_iteration"] - t["request_start"],
+                r["output_metrics"]["text_tokens"],
+            )
+        )
     m = bench["metrics"]
-    own = {"ttft_ms": m["time_to_first_token_ms"]["successful"]["median"], "tpot_ms": m["inter_token_latency_ms"]["successful"]["median"],
-           "output_tok_s": m["output_token_count"]["successful"]["total_sum"] / bench["duration"], "client_cpu_s": cpu_s}
+    own = {
+        "ttft_ms": m["time_to_first_token_ms"]["successful"]["median"],
+        "tpot_ms": m["inter_token_latency_ms"]["successful"]["median"],
+        "output_tok_s": m["output_token_count"]["successful"]["total_sum"] / bench["duration"],
+        "client_cpu_s": cpu_s,
+    }
     return timed, own, m["request_totals"]["errored"] + m["request_totals"]["incomplete"]
 
 
-def run_harness(endpoint, factory: PromptFactory, concurrency: int, requests: int, prompt_tokens: int,
-                output_tokens: int) -> tuple[list[Timed], dict, int]:
+def run_harness(
+    endpoint, factory: PromptFactory, concurrency: int, requests: int, prompt_tokens: int, output_tokens: int
+) -> tuple[list[Timed], dict, int]:
     specs = [RequestSpec(p, output_tokens, ignore_eos=True) for p in factory.prompts(requests, prompt_tokens)]
     cpu = time.process_time()  # this process only: the engine is a child with its own clock
     res = run_blocking(run_load(endpoint, specs, concurrency=concurrency, progress=False))
     cpu_s = time.process_time() - cpu
     s = res.summary
     timed = [Timed(r.sent_s, r.ttft_ms / 1000, r.e2e_ms / 1000, r.output_tokens) for r in res.records if r.ok]
-    own = {"ttft_ms": s["p50_ttft_ms"], "tpot_ms": s["p50_tpot_ms"], "output_tok_s": s["output_throughput"], "client_cpu_s": cpu_s}
-    return timed, own, s["failed"]
+    own = {"ttft_ms": s.ttft_ms.p50, "tpot_ms": s.tpot_ms.p50, "output_tok_s": s.output_throughput, "client_cpu_s": cpu_s}
+    return timed, own, s.failed
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--guidellm", default=shutil.which("guidellm"), help="the guidellm executable (its venv's python exports the tokenizer)")
+    parser.add_argument(
+        "--guidellm", default=shutil.which("guidellm"), help="the guidellm executable (its venv's python exports the tokenizer)"
+    )
     parser.add_argument("--levels", default="1,4")
     parser.add_argument("--requests", type=int, default=8, help="per run (at least 3x the concurrency)")
     parser.add_argument("--rounds", type=int, default=2)
@@ -153,7 +196,9 @@ def main() -> int:
     print(subprocess.run([str(guidellm), "--version"], capture_output=True, text=True).stdout.strip())
     checks: dict[str, bool] = {}
     # no prompt cache: each client's prompts are prefilled in full, however often they repeat
-    config = EngineConfig(parallel=max(levels), ctx=max(levels) * (args.prompt_tokens + args.output_tokens + 96), prompt_cache=False)
+    config = EngineConfig(
+        parallel=max(levels), ctx=max(levels) * (args.prompt_tokens + args.output_tokens + 96), prompt_cache=False
+    )
     with make_engine("llamacpp", config).start() as engine:
         tokenizer = hf_tokenizer(guidellm, Path(engine.model_path))
         agrees = tokenizer_agrees(guidellm, tokenizer, engine.root_url)
@@ -167,8 +212,9 @@ def main() -> int:
             ours_runs, theirs_runs, first_wave, failed, cpu = [], [], [], [0, 0], [0.0, 0.0]
             for round_ in range(args.rounds):  # interleaved: this shared machine drifts by +-20% between minutes
                 ours, ours_all, ours_failed = run_harness(endpoint, factory, *shape)
-                theirs, theirs_all, theirs_failed = run_guidellm(guidellm, engine.root_url, engine.model_id, tokenizer, *shape,
-                                                                 seed=100 * level + round_)
+                theirs, theirs_all, theirs_failed = run_guidellm(
+                    guidellm, engine.root_url, engine.model_id, tokenizer, *shape, seed=100 * level + round_
+                )
                 ours_runs.append(steady(ours, level))
                 theirs_runs.append(steady(theirs, level))
                 first_wave += [1000 * r.ttft_s for r in sorted(theirs, key=lambda r: r.start_s)[:level]]
@@ -178,8 +224,10 @@ def main() -> int:
                 cpu[1] += theirs_all["client_cpu_s"]
             a = {k: float(np.median([r[k] for r in ours_runs])) for k in ours_runs[0]}
             b = {k: float(np.median([r[k] for r in theirs_runs])) for k in theirs_runs[0]}
-            print(f"\nconcurrency {level}: {shape[1]} requests x {args.rounds} interleaved rounds per client, "
-                  f"{args.prompt_tokens} prompt / {args.output_tokens} output tokens")
+            print(
+                f"\nconcurrency {level}: {shape[1]} requests x {args.rounds} interleaved rounds per client, "
+                f"{args.prompt_tokens} prompt / {args.output_tokens} output tokens"
+            )
             print(f"  {'steady state':<16}{'harness':>10}{'guidellm':>10}{'ratio':>8}")
             for key, label in (("ttft_ms", "median TTFT ms"), ("tpot_ms", "median TPOT ms"), ("output_tok_s", "output tok/s")):
                 ratio = b[key] / a[key]
@@ -187,8 +235,10 @@ def main() -> int:
                 if key != "ttft_ms":  # TTFT differences are reported, not judged: see docs/performance.md
                     checks[f"c={level}: steady {label} within {TOLERANCE:.0%}"] = abs(ratio - 1) <= TOLERANCE
             print(f"  GuideLLM's first wave (left out above): median TTFT {np.median(first_wave):.0f} ms")
-            print(f"  client CPU time: harness {cpu[0]:.1f} s, GuideLLM {cpu[1]:.1f} s (its start-up included), "
-                  f"on {os.cpu_count()} cores shared with the engine; failed {failed[0]} / {failed[1]}")
+            print(
+                f"  client CPU time: harness {cpu[0]:.1f} s, GuideLLM {cpu[1]:.1f} s (its start-up included), "
+                f"on {os.cpu_count()} cores shared with the engine; failed {failed[0]} / {failed[1]}"
+            )
             checks[f"c={level}: both clients completed every request"] = failed == [0, 0]
     return verdict(checks)
 

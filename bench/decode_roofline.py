@@ -20,7 +20,7 @@ from collections import Counter
 import numpy as np
 
 from labs_lib.endpoints import endpoint_for
-from labs_lib.engine import EngineConfig, make_engine
+from labs_lib.engines import EngineConfig, make_engine
 from labs_lib.gguf_meta import read_gguf_meta
 from labs_lib.kv_math import kv_cache
 from labs_lib.load import run_blocking, run_load, warm_up
@@ -45,7 +45,7 @@ def decode_speed(config: EngineConfig, requests: int, prompt_tokens: int, max_to
     ok = [r for r in run.records if r.ok and r.tpot_ms]
     if not ok:
         raise SystemExit(f"no request succeeded: {[r.error for r in run.records][:2]}")
-    return {"tpot_ms": float(np.median([r.tpot_ms for r in ok])), "output_tok_s": run.summary["output_throughput"]}
+    return {"tpot_ms": float(np.median([r.tpot_ms for r in ok])), "output_tok_s": run.summary.output_throughput}
 
 
 def tensor_mix(meta) -> str:
@@ -63,8 +63,12 @@ def diagnose(args, ctx: int) -> None:
     """The knobs that could hold the default back, each against the default in interleaved rounds
     (engine-to-engine noise on a shared 2-core machine is +-15%; one round would mislead)."""
     single = measure_bandwidth(buffer_mib=512, repeats=5, threads=1)
-    print(f"single-thread read bandwidth {single.gb_per_s:.1f} GB/s (a bandwidth-bound decode would barely slow down on one thread)")
-    base = EngineConfig(model=str(variant_path(ORIGINAL)), served_model_name="gemma-3-270m", chat_template="gemma", ctx=ctx, parallel=1)
+    print(
+        f"single-thread read bandwidth {single.gb_per_s:.1f} GB/s (a bandwidth-bound decode would barely slow down on one thread)"
+    )
+    base = EngineConfig(
+        model=str(variant_path(ORIGINAL)), served_model_name="gemma-3-270m", chat_template="gemma", ctx=ctx, parallel=1
+    )
     cases = {
         "default (engine defaults)": (base, 1),
         "1 thread": (base.with_(threads=1), 1),
@@ -98,8 +102,10 @@ def main() -> int:
     args = parser.parse_args()
     header("Decode against the memory-bandwidth roofline (embedded engine, concurrency 1)")
     bw = measure_bandwidth(buffer_mib=512, repeats=7)
-    print(f"read bandwidth {bw.gb_per_s:.1f} GB/s best, {bw.median_bytes_per_s / 1e9:.1f} median ({bw.threads} threads); "
-          f"single-thread copy (read+write) {bw.copy_bytes_per_s / 1e9:.1f} GB/s")
+    print(
+        f"read bandwidth {bw.gb_per_s:.1f} GB/s best, {bw.median_bytes_per_s / 1e9:.1f} median ({bw.threads} threads); "
+        f"single-thread copy (read+write) {bw.copy_bytes_per_s / 1e9:.1f} GB/s"
+    )
     kv_per_token = kv_cache("gemma-3-270m", 1, 1, "fp16").kv_bytes_per_token
     context = args.prompt_tokens + args.max_tokens // 2
     ctx = 2 * (args.prompt_tokens + args.max_tokens + 64)
@@ -108,7 +114,9 @@ def main() -> int:
     tpots: dict[str, list[float]] = {name: [] for name in names}
     for _ in range(args.rounds):  # interleaved, so a slow spell of the machine hits every variant alike
         for name in names:
-            config = EngineConfig(model=str(paths[name]), served_model_name="gemma-3-270m", chat_template="gemma", ctx=ctx, parallel=1)
+            config = EngineConfig(
+                model=str(paths[name]), served_model_name="gemma-3-270m", chat_template="gemma", ctx=ctx, parallel=1
+            )
             tpots[name].append(decode_speed(config, args.requests, args.prompt_tokens, args.max_tokens)["tpot_ms"])
     rows = []
     for name in names:
@@ -116,25 +124,33 @@ def main() -> int:
         meta = read_gguf_meta(paths[name])
         row = roofline_row(name, meta.tensor_bytes, kv_per_token, context, bw.bytes_per_s, tpot_ms)
         rows.append(row)
-        print(f"  {name:<7} {row['bytes_per_step'] / 2**20:7.1f} MiB/step  bound {row['bound_tokens_per_s']:6.1f} tok/s  "
-              f"measured {row['measured_tokens_per_s']:6.1f} tok/s (TPOT {tpot_ms:.1f} ms)  measured/bound {row['measured_vs_bound']:.2f}")
+        print(
+            f"  {name:<7} {row['bytes_per_step'] / 2**20:7.1f} MiB/step  bound {row['bound_tokens_per_s']:6.1f} tok/s  "
+            f"measured {row['measured_tokens_per_s']:6.1f} tok/s (TPOT {tpot_ms:.1f} ms)  measured/bound {row['measured_vs_bound']:.2f}"
+        )
         print(f"          {tensor_mix(meta)}")
     default = next(r for r in rows if r["what"] == ORIGINAL) if any(r["what"] == ORIGINAL for r in rows) else None
     if len(rows) > 1:
         fastest = max(rows, key=lambda r: r["measured_tokens_per_s"])
         smallest = min(rows, key=lambda r: r["bytes_per_step"])
         largest = max(rows, key=lambda r: r["bytes_per_step"])
-        print(f"bytes per step {largest['what']}/{smallest['what']} = {largest['bytes_per_step'] / smallest['bytes_per_step']:.2f}x, "
-              f"tokens/s {smallest['what']}/{largest['what']} = "
-              f"{smallest['measured_tokens_per_s'] / largest['measured_tokens_per_s']:.2f}x "
-              f"(a bandwidth-bound decode would speed up by the byte ratio); fastest: {fastest['what']}")
+        print(
+            f"bytes per step {largest['what']}/{smallest['what']} = {largest['bytes_per_step'] / smallest['bytes_per_step']:.2f}x, "
+            f"tokens/s {smallest['what']}/{largest['what']} = "
+            f"{smallest['measured_tokens_per_s'] / largest['measured_tokens_per_s']:.2f}x "
+            f"(a bandwidth-bound decode would speed up by the byte ratio); fastest: {fastest['what']}"
+        )
     if default and not args.no_diagnostics:
         diagnose(args, ctx)
     if default is None:
         print(f"the default variant {ORIGINAL} was not measured")
         return verdict({f"{ORIGINAL} measured": False})
-    return verdict({f"default ({ORIGINAL}) at >= {GOAL:.0%} of its bandwidth bound "
-                    f"(measured {default['measured_vs_bound']:.0%})": default["measured_vs_bound"] >= GOAL})
+    return verdict(
+        {
+            f"default ({ORIGINAL}) at >= {GOAL:.0%} of its bandwidth bound "
+            f"(measured {default['measured_vs_bound']:.0%})": default["measured_vs_bound"] >= GOAL
+        }
+    )
 
 
 if __name__ == "__main__":

@@ -18,8 +18,8 @@ import sys
 import numpy as np
 
 from labs_lib.endpoints import endpoint_for
-from labs_lib.engine import EngineConfig, make_engine
-from labs_lib.engine_metrics import delta, scrape, token_counts
+from labs_lib.engines import EngineConfig, make_engine
+from labs_lib.engines.metrics import delta, scrape, token_counts
 from labs_lib.load import run_blocking, run_load, warm_up
 from labs_lib.prompts import PromptFactory, engine_tokenizer
 from labs_lib.timing import RequestSpec
@@ -51,8 +51,10 @@ def main() -> int:
         print(f"engine: {engine!r}")
         for level in levels:
             # cache_prompt off: every request's prompt is processed, so prompt_ms is a real prefill
-            specs = [RequestSpec(p, args.max_tokens, ignore_eos=True, extra={"cache_prompt": False})
-                     for p in factory.prompts(args.requests, args.prompt_tokens)]
+            specs = [
+                RequestSpec(p, args.max_tokens, ignore_eos=True, extra={"cache_prompt": False})
+                for p in factory.prompts(args.requests, args.prompt_tokens)
+            ]
             before = scrape(engine.root_url)
             run = run_blocking(run_load(endpoint, specs, concurrency=level, progress=False))
             counted = token_counts(delta(before, scrape(engine.root_url)), "llamacpp")
@@ -62,19 +64,32 @@ def main() -> int:
             overhead_ms = [r.ttft_ms - r.server_prompt_ms for r in timed if r.server_prompt_ms is not None]
             harness_prompt = sum(r.prompt_tokens or 0 for r in ok)
             harness_output = sum(r.output_tokens or 0 for r in ok)
-            print(f"\nconcurrency {level}: {len(ok)}/{len(run.records)} ok, {args.prompt_tokens}-token prompts, "
-                  f"{args.max_tokens} output tokens each")
+            print(
+                f"\nconcurrency {level}: {len(ok)}/{len(run.records)} ok, {args.prompt_tokens}-token prompts, "
+                f"{args.max_tokens} output tokens each"
+            )
             if not ratios:
                 print("  no request carried the server's timings")
                 checks[f"c={level}: server timings present"] = False
                 continue
-            print(f"  TPOT harness / server: {spread(ratios)}; harness median TPOT {np.median([r.tpot_ms for r in timed]):.2f} ms")
-            print(f"  TTFT overhead (client TTFT - server prompt_ms), ms: {spread(overhead_ms)}; "
-                  f"median server prompt_ms {np.median([r.server_prompt_ms for r in timed]):.1f}")
-            print(f"  tokens, harness vs /metrics: prompt {harness_prompt} vs {counted['prompt_tokens']}, "
-                  f"output {harness_output} vs {counted['output_tokens']}")
-            checks[f"c={level}: median TPOT ratio within {TPOT_TOLERANCE:.0%} of 1"] = abs(np.median(ratios) - 1) <= TPOT_TOLERANCE
-            checks[f"c={level}: token counts equal /metrics"] = (harness_prompt, harness_output) == (counted["prompt_tokens"], counted["output_tokens"])
+            print(
+                f"  TPOT harness / server: {spread(ratios)}; harness median TPOT {np.median([r.tpot_ms for r in timed]):.2f} ms"
+            )
+            print(
+                f"  TTFT overhead (client TTFT - server prompt_ms), ms: {spread(overhead_ms)}; "
+                f"median server prompt_ms {np.median([r.server_prompt_ms for r in timed]):.1f}"
+            )
+            print(
+                f"  tokens, harness vs /metrics: prompt {harness_prompt} vs {counted['prompt_tokens']}, "
+                f"output {harness_output} vs {counted['output_tokens']}"
+            )
+            checks[f"c={level}: median TPOT ratio within {TPOT_TOLERANCE:.0%} of 1"] = (
+                abs(np.median(ratios) - 1) <= TPOT_TOLERANCE
+            )
+            checks[f"c={level}: token counts equal /metrics"] = (harness_prompt, harness_output) == (
+                counted["prompt_tokens"],
+                counted["output_tokens"],
+            )
             checks[f"c={level}: every request succeeded"] = len(ok) == len(run.records)
     print()
     return verdict(checks)

@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 
 from labs_lib.endpoints import Endpoint
-from labs_lib.engine import free_port
+from labs_lib.engines import free_port
 from labs_lib.timing import RequestSpec, ameasure
 
 from _common import header, verdict
@@ -92,9 +92,11 @@ def main() -> int:
                 seconds = statistics.median(t for t, _ in trials)
                 rows[harness] = (trials[0][1] / seconds, seconds / trials[0][1] * 1e6)
             (plain_rate, plain_us), (rate, us) = rows[False], rows[True]
-            print(f"{streams:>3} stream(s) x {per_stream:,} chunks: plain loop {plain_rate:,.0f}/s ({plain_us:.2f} µs/chunk); "
-                  f"harness {rate:,.0f}/s ({us:.2f} µs/chunk); harness overhead {us - plain_us:.2f} µs/chunk; "
-                  f"harness/plain throughput {rate / plain_rate:.2f}; headroom {rate / GPU_TOKENS_PER_S:.1f}x of {GPU_TOKENS_PER_S:,} tok/s")
+            print(
+                f"{streams:>3} stream(s) x {per_stream:,} chunks: plain loop {plain_rate:,.0f}/s ({plain_us:.2f} µs/chunk); "
+                f"harness {rate:,.0f}/s ({us:.2f} µs/chunk); harness overhead {us - plain_us:.2f} µs/chunk; "
+                f"harness/plain throughput {rate / plain_rate:.2f}; headroom {rate / GPU_TOKENS_PER_S:.1f}x of {GPU_TOKENS_PER_S:,} tok/s"
+            )
             checks[f"{streams} stream(s): harness >= {goal:,} chunks/s ({HEADROOM}x {GPU_TOKENS_PER_S:,} tok/s)"] = rate >= goal
         return verdict(checks)
     finally:

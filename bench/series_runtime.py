@@ -32,7 +32,9 @@ def slowest_cells(results, top: int) -> list[tuple[float, str, str]]:
         for cell in nb["cells"]:
             duration = (cell.get("metadata", {}).get("papermill") or {}).get("duration")
             if cell["cell_type"] == "code" and duration:
-                first = next((line for line in "".join(cell["source"]).splitlines() if line.strip() and not line.startswith("#")), "")
+                first = next(
+                    (line for line in "".join(cell["source"]).splitlines() if line.strip() and not line.startswith("#")), ""
+                )
                 cells.append((float(duration), result.name, first.strip()[:70]))
     return sorted(cells, reverse=True)[:top]
 
@@ -56,8 +58,10 @@ def main() -> int:
             results = run_series(notebooks, engine="llamacpp", quick=True, out_dir=Path(out) / run, progress=False)
             total = sum(r.wall_s for r in results)
             failed = [r.name for r in results if r.status != "ok"]
-            print(f"{run}: {total:.0f} s in all ({total / 60:.1f} min), goal <= {GOAL_S[run]:.0f} s "
-                  f"-> {total / GOAL_S[run]:.2f} of the budget" + (f"; FAILED: {', '.join(failed)}" if failed else ""))
+            print(
+                f"{run}: {total:.0f} s in all ({total / 60:.1f} min), goal <= {GOAL_S[run]:.0f} s "
+                f"-> {total / GOAL_S[run]:.2f} of the budget" + (f"; FAILED: {', '.join(failed)}" if failed else "")
+            )
             for r in results:
                 print(f"  {r.name:<28} {r.wall_s:6.1f} s  {r.wall_s / total:5.1%}")
             if run == runs[-1]:

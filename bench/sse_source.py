@@ -25,12 +25,15 @@ WRITE_BYTES = 1 << 16
 @functools.lru_cache(maxsize=8)
 def sse_body(n_chunks: int) -> bytes:
     events = ["data: " + HEAD + '{"role":"assistant","content":""},"finish_reason":null}]}\n\n']
-    events += ["data: " + HEAD + json.dumps({"content": f" tok{i % 1000}"}) + ',"finish_reason":null}]}\n\n'
-               for i in range(n_chunks)]
+    events += [
+        "data: " + HEAD + json.dumps({"content": f" tok{i % 1000}"}) + ',"finish_reason":null}]}\n\n' for i in range(n_chunks)
+    ]
     events.append("data: " + HEAD + '{},"finish_reason":"length"}]}\n\n')
     usage = {"prompt_tokens": 8, "completion_tokens": n_chunks, "total_tokens": n_chunks + 8}
-    events.append('data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":0,"model":"bench",'
-                  '"choices":[],"usage":' + json.dumps(usage) + "}\n\n")
+    events.append(
+        'data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":0,"model":"bench",'
+        '"choices":[],"usage":' + json.dumps(usage) + "}\n\n"
+    )
     events.append("data: [DONE]\n\n")
     return "".join(events).encode()
 

@@ -43,13 +43,28 @@ def row(claim_id: str, computed: float | str, unit: str, holds: bool | None, why
     """One line of a "check the article" table."""
     c = claim(claim_id)
     mark = {True: "holds", False: "does not hold", None: "depends"}[holds]
-    return {"claim": c["claim"], "source": c["seed"][:3], "article": c["value"], "computed": computed, "unit": unit,
-            "verdict": mark, "off_by": None if off is None else f"{off:+.0%}", "why": why}
+    return {
+        "claim": c["claim"],
+        "source": c["seed"][:3],
+        "article": c["value"],
+        "computed": computed,
+        "unit": unit,
+        "verdict": mark,
+        "off_by": None if off is None else f"{off:+.0%}",
+        "why": why,
+    }
 
 
 def _mha_like(layers: int, kv_heads: int, head_dim: int, q_heads: int = 64) -> ModelSpec:
-    return ModelSpec(name=f"{layers}L-{kv_heads}kv", num_layers=layers, num_q_heads=q_heads, num_kv_heads=kv_heads,
-                     head_dim=head_dim, hidden_size=q_heads * head_dim, vocab_size=32000)
+    return ModelSpec(
+        name=f"{layers}L-{kv_heads}kv",
+        num_layers=layers,
+        num_q_heads=q_heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        hidden_size=q_heads * head_dim,
+        vocab_size=32000,
+    )
 
 
 def kv_claims_table(seed: int = 0) -> pd.DataFrame:
@@ -59,37 +74,84 @@ def kv_claims_table(seed: int = 0) -> pd.DataFrame:
         c = claim(cid)
         gib = kv_cache(c["model"], c["seq_len"], c["batch"], c["kv_dtype"]).kv_bytes / GIB
         holds, off = verdict(c["value"], gib)
-        rows.append(row(cid, round(gib, 3), "GiB", holds, "2 x 32 layers x 32 heads x 128 x 2 bytes per token; the article's 'GB' is GiB (x1.074 for GB)", off))
+        rows.append(
+            row(
+                cid,
+                round(gib, 3),
+                "GiB",
+                holds,
+                "2 x 32 layers x 32 heads x 128 x 2 bytes per token; the article's 'GB' is GiB (x1.074 for GB)",
+                off,
+            )
+        )
     for cid in ("s000-mha-80l", "s000-gqa-80l", "s000-mqa-80l"):
         c = claim(cid)
         est = kv_cache(_mha_like(c["layers"], c["kv_heads"], c["head_dim"]), c["seq_len"], 1, "fp16")
         gb, gib = est.kv_bytes / 1e9, est.kv_bytes / GIB
         holds, off = verdict(c["value"], gb)
-        rows.append(row(cid, f"{gib:.3f} GiB = {gb:.3f} GB", "GB", holds,
-                        f"{est.kv_bytes:,} bytes; {c['value']} fits neither GB nor GiB (1.28x GiB): the ratios are right, the sizes are not", off))
+        rows.append(
+            row(
+                cid,
+                f"{gib:.3f} GiB = {gb:.3f} GB",
+                "GB",
+                holds,
+                f"{est.kv_bytes:,} bytes; {c['value']} fits neither GB nor GiB (1.28x GiB): the ratios are right, the sizes are not",
+                off,
+            )
+        )
     c = claim("s000-gqa-saving")
     saving = 100 * (1 - c["kv_heads"] / c["q_heads"])
     holds, off = verdict(c["value"], saving)
     rows.append(row("s000-gqa-saving", saving, "%", holds, "1 - 8/64 KV heads", off))
     c = claim("s000-24gb-card")
-    plan = plan_capacity(c["model"], c["max_model_len"], kv_dtype="fp16", gpu_memory_gib=c["gpu_memory_gib"],
-                         weight_gib=c["weight_gib"], gpu_memory_utilization=0.9)
+    plan = plan_capacity(
+        c["model"],
+        c["max_model_len"],
+        kv_dtype="fp16",
+        gpu_memory_gib=c["gpu_memory_gib"],
+        weight_gib=c["weight_gib"],
+        gpu_memory_utilization=0.9,
+    )
     holds, off = verdict(c["value"], plan.max_concurrency)
-    rows.append(row("s000-24gb-card", plan.max_concurrency, "requests at 2,048 tokens", holds,
-                    f"vLLM may use 24 x 0.9 = 21.6 GiB; minus 14 GiB weights and ~{plan.overhead_bytes / GIB:.0f} GiB activations "
-                    f"leaves {plan.available_kv_bytes / GIB:.2f} GiB = {plan.num_blocks} blocks of 16 tokens (shorter requests fit more: blocks are taken as used)", off))
+    rows.append(
+        row(
+            "s000-24gb-card",
+            plan.max_concurrency,
+            "requests at 2,048 tokens",
+            holds,
+            f"vLLM may use 24 x 0.9 = 21.6 GiB; minus 14 GiB weights and ~{plan.overhead_bytes / GIB:.0f} GiB activations "
+            f"leaves {plan.available_kv_bytes / GIB:.2f} GiB = {plan.num_blocks} blocks of 16 tokens (shorter requests fit more: blocks are taken as used)",
+            off,
+        )
+    )
     c = claim("s001-7b-weights")
     sizes = {m: weight_bytes(m, "fp16") / 1e9 for m in c["models"]}
     ok = [verdict(c["value"], v)[0] for v in sizes.values()]
-    rows.append(row("s001-7b-weights", ", ".join(f"{load_model(m).name} {v:.2f}" for m, v in sizes.items()), "GB", all(ok),
-                    "parameters x 2 bytes; 'about 14 GB' is fair for 7B-class models", verdict(c["value"], np.mean(list(sizes.values())))[1]))
+    rows.append(
+        row(
+            "s001-7b-weights",
+            ", ".join(f"{load_model(m).name} {v:.2f}" for m, v in sizes.items()),
+            "GB",
+            all(ok),
+            "parameters x 2 bytes; 'about 14 GB' is fair for 7B-class models",
+            verdict(c["value"], np.mean(list(sizes.values())))[1],
+        )
+    )
     c = claim("s002-70b-per-token")
     per_token = kv_cache(c["model"], 1, 1, "fp16").kv_bytes_per_token
     holds, off = verdict(c["value"], per_token / 1e6)
     own = 70 * 2 * 8192 * 2
-    rows.append(row("s002-70b-per-token", per_token / 1e6, "MB", holds,
-                    f"Llama-2-70B has 80 layers and 8 KV heads (GQA): 2 x 80 x 8 x 128 x 2 = {per_token:,} bytes; "
-                    f"even the article's own formula gives {own / 1e6:.2f} MB", off))
+    rows.append(
+        row(
+            "s002-70b-per-token",
+            per_token / 1e6,
+            "MB",
+            holds,
+            f"Llama-2-70B has 80 layers and 8 KV heads (GQA): 2 x 80 x 8 x 128 x 2 = {per_token:,} bytes; "
+            f"even the article's own formula gives {own / 1e6:.2f} MB",
+            off,
+        )
+    )
     for cid in ("s002-70b-2048", "s003-70b-4096"):
         c = claim(cid)
         gb = kv_cache(c["model"], c["seq_len"], 1, "fp16").kv_bytes / 1e9
@@ -105,12 +167,26 @@ def kv_claims_table(seed: int = 0) -> pd.DataFrame:
         sizes = {load_model(m).name: kv_cache(m, seq, 1, "fp16").kv_bytes / 1e9 for m in c["models"]}
         unit = "MB" if seq == 1024 else "GB"
         shown = {k: (v * 1000 if unit == "MB" else v) for k, v in sizes.items()}
-        rows.append(row(cid, ", ".join(f"{k} {v:.0f}" if unit == "MB" else f"{k} {v:.1f}" for k, v in shown.items()), unit, None,
-                        "true for an MHA 7B (Llama-2-7B); GQA models (Llama-3.1-8B, Qwen2.5-7B) need 4-9x less"))
+        rows.append(
+            row(
+                cid,
+                ", ".join(f"{k} {v:.0f}" if unit == "MB" else f"{k} {v:.1f}" for k, v in shown.items()),
+                unit,
+                None,
+                "true for an MHA 7B (Llama-2-7B); GQA models (Llama-3.1-8B, Qwen2.5-7B) need 4-9x less",
+            )
+        )
     lengths = _example_lengths(seed)
     util = allocation_utilization(lengths, max_len=4096, block_size=16)
-    rows.append(row("s003-paged-utilization", f"contiguous {util['contiguous']:.0%}, paged {util['paged']:.1%}", "% of KV slots used", None,
-                    f"depends on the lengths: {len(lengths)} requests, median {int(np.median(lengths))} tokens, preallocated to 4,096"))
+    rows.append(
+        row(
+            "s003-paged-utilization",
+            f"contiguous {util['contiguous']:.0%}, paged {util['paged']:.1%}",
+            "% of KV slots used",
+            None,
+            f"depends on the lengths: {len(lengths)} requests, median {int(np.median(lengths))} tokens, preallocated to 4,096",
+        )
+    )
     return pd.DataFrame(rows)
 
 

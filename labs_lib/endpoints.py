@@ -14,8 +14,9 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from urllib.parse import urlsplit
 
+from .engines import make_engine
 from .errors import BadInput
-from .keys import mask, read_key
+from .keys import auth_headers, mask, read_key
 
 TAOTOKEN_BASE_URL = "https://taotoken.net/api/v1"
 BUILTIN = ("local", "taotoken", "vllm")
@@ -53,8 +54,7 @@ class Endpoint:
             return False
 
     def headers(self) -> dict[str, str]:
-        key = self.api_key
-        return {"Authorization": f"Bearer {key.strip()}"} if key else {}
+        return auth_headers(self.api_key)
 
     def describe(self) -> dict:
         """For tables and results files: the key's variable and a masked key, never the key."""
@@ -72,46 +72,50 @@ def check_url(url: str) -> str:
     return str(url).strip().rstrip("/")
 
 
+def _taotoken(model: str | None, api_key_env: str | None) -> Endpoint:
+    url = os.environ.get("TAOTOKEN_BASE_URL", "").strip()
+    return Endpoint(
+        "taotoken",
+        check_url(url) if url else TAOTOKEN_BASE_URL,
+        model or os.environ.get("TAOTOKEN_MODEL") or None,
+        api_key_env or "TAOTOKEN_API_KEY",
+    )
+
+
+def _running_vllm(model: str | None, api_key_env: str | None) -> Endpoint:
+    key_env = api_key_env or ("VLLM_API_KEY" if os.environ.get("VLLM_API_KEY") else None)
+    return Endpoint("vllm", "http://localhost:8000/v1", model, key_env)
+
+
+REMOTE = {"taotoken": _taotoken, "vllm": _running_vllm}  # servers the labs do not start
+
+
 def resolve(name_or_url: str, *, model: str | None = None, api_key_env: str | None = None) -> Endpoint:
     """An endpoint by built-in name or URL (not `local`: that needs an engine, see open_endpoint)."""
     text = str(name_or_url).strip()
     if api_key_env is not None:  # a variable named explicitly must hold a key
         read_key(api_key_env, required=True)
-    if text == "taotoken":
-        base_url = check_url(os.environ["TAOTOKEN_BASE_URL"]) if os.environ.get("TAOTOKEN_BASE_URL", "").strip() else TAOTOKEN_BASE_URL
-        return Endpoint("taotoken", base_url, model or os.environ.get("TAOTOKEN_MODEL") or None,
-                        api_key_env or "TAOTOKEN_API_KEY")
-    if text == "vllm":
-        return Endpoint("vllm", "http://localhost:8000/v1", model, api_key_env or ("VLLM_API_KEY" if os.environ.get("VLLM_API_KEY") else None))
+    if text in REMOTE:
+        return REMOTE[text](model, api_key_env)
     if "://" in text:
         return Endpoint("custom", check_url(text), model, api_key_env)
     raise BadInput("endpoint", name_or_url, "allowed: " + ", ".join(BUILTIN) + ", or an http(s):// base URL")
 
 
-def add_target_arguments(parser, *, endpoint_help: str, model_help: str) -> None:
-    """--endpoint / --base-url / --api-key-env / --model, the way every command that talks to a server takes them."""
-    parser.add_argument("--endpoint", help=endpoint_help)
-    parser.add_argument("--base-url", help="any OpenAI-compatible base URL, e.g. http://localhost:8000/v1")
-    parser.add_argument("--api-key-env", help="NAME of the environment variable holding the key")
-    parser.add_argument("--model", help=model_help)
-
-
-def chosen_target(args, allowed: str = "exactly one of --endpoint NAME or --base-url URL") -> str:
-    """The one of --endpoint and --base-url that was given, or BadInput."""
-    if bool(args.endpoint) == bool(args.base_url):
-        raise BadInput("endpoint", args.endpoint or args.base_url or "none", "allowed: " + allowed)
-    return args.endpoint or args.base_url
-
-
 @contextlib.contextmanager
-def open_endpoint(name_or_url: str, *, model: str | None = None, api_key_env: str | None = None, engine: str = "auto",
-                  engine_config=None, **engine_changes) -> Iterator[tuple[Endpoint, object]]:
+def open_endpoint(
+    name_or_url: str,
+    *,
+    model: str | None = None,
+    api_key_env: str | None = None,
+    engine: str = "auto",
+    engine_config=None,
+    **engine_changes,
+) -> Iterator[tuple[Endpoint, object]]:
     """(endpoint, engine or None). For `local`, starts an engine and stops it on exit."""
     if str(name_or_url).strip() != "local":
         yield resolve(name_or_url, model=model, api_key_env=api_key_env), None
         return
-    from .engine import make_engine
-
     server = make_engine(engine, engine_config, **engine_changes)
     with server:
         yield Endpoint("local", server.base_url, model or server.model_id, server.config.api_key_env), server

@@ -8,19 +8,15 @@ exit status 2; notebooks show it as one line (see `labs_lib.notebook.setup`).
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
-# What looks like an API key: never echoed whole (BadInput), never accepted as a notebook parameter (runner).
-KEY_LIKE = re.compile(r"\b(sk|rk|pk)-[A-Za-z0-9_\-]{8,}|\bBearer\s+\S+|^[A-Za-z0-9_\-]{32,}$", re.IGNORECASE)
+from .redact import looks_like_key, redact
 
 
 def shown(value: object) -> str:
-    """repr(value), with every key-like part masked (keys.mask)."""
-    if isinstance(value, str) and KEY_LIKE.search(value.strip()):
-        from .keys import mask  # keys imports this module
-
-        return repr(KEY_LIKE.sub(lambda m: mask(m.group(0)), value.strip())) + " (masked: it looks like a key)"
+    """repr(value), with every key-like part masked (labs_lib.redact)."""
+    if looks_like_key(value):
+        return repr(redact(str(value).strip())) + " (masked: it looks like a key)"
     return repr(value)
 
 

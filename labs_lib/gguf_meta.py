@@ -17,10 +17,17 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 from .errors import BadInput
 
 _SCALAR = {
-    GGUFValueType.UINT8: "<B", GGUFValueType.INT8: "<b", GGUFValueType.UINT16: "<H",
-    GGUFValueType.INT16: "<h", GGUFValueType.UINT32: "<I", GGUFValueType.INT32: "<i",
-    GGUFValueType.FLOAT32: "<f", GGUFValueType.BOOL: "<?", GGUFValueType.UINT64: "<Q",
-    GGUFValueType.INT64: "<q", GGUFValueType.FLOAT64: "<d",
+    GGUFValueType.UINT8: "<B",
+    GGUFValueType.INT8: "<b",
+    GGUFValueType.UINT16: "<H",
+    GGUFValueType.INT16: "<h",
+    GGUFValueType.UINT32: "<I",
+    GGUFValueType.INT32: "<i",
+    GGUFValueType.FLOAT32: "<f",
+    GGUFValueType.BOOL: "<?",
+    GGUFValueType.UINT64: "<Q",
+    GGUFValueType.INT64: "<q",
+    GGUFValueType.FLOAT64: "<d",
 }
 _MAX_KEEP_ARRAY = 4096  # longer arrays (vocabularies) are skipped, only their length kept
 
@@ -150,5 +157,14 @@ def read_gguf_meta(path: str | Path, *, header_bytes: int = 64 * 1024 * 1024) ->
         raise
     except (ValueError, KeyError, struct.error):
         raise BadInput("GGUF file", str(path), "its header is not valid GGUF; allowed: a GGUF v2/v3 model file") from None
-    return GGUFMeta(path=path, version=version, fields=fields, array_lengths=lengths, tensors=tensors, kv_span=(kv_start, kv_end),
-                    value_offsets=offsets, alignment=alignment, data_start=data_start)
+    return GGUFMeta(
+        path=path,
+        version=version,
+        fields=fields,
+        array_lengths=lengths,
+        tensors=tensors,
+        kv_span=(kv_start, kv_end),
+        value_offsets=offsets,
+        alignment=alignment,
+        data_start=data_start,
+    )

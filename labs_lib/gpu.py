@@ -36,8 +36,11 @@ def read_gpus() -> tuple[list[GPUReading], str | None]:
             except Exception:
                 util = None
             name = pynvml.nvmlDeviceGetName(handle)
-            readings.append(GPUReading(i, name.decode() if isinstance(name, bytes) else str(name),
-                                       int(mem.total), int(mem.used), int(mem.free), util))
+            readings.append(
+                GPUReading(
+                    i, name.decode() if isinstance(name, bytes) else str(name), int(mem.total), int(mem.used), int(mem.free), util
+                )
+            )
         return readings, None if readings else "no GPU: NVML found no devices"
     finally:
         with contextlib.suppress(Exception):

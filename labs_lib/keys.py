@@ -1,4 +1,4 @@
-"""API keys: read from environment variables only, shown only masked."""
+"""API keys: read from environment variables only, shown only masked (labs_lib.redact)."""
 
 from __future__ import annotations
 
@@ -6,19 +6,11 @@ import os
 import re
 
 from .errors import BadInput
+from .redact import mask, remember
+
+__all__ = ["auth_headers", "mask", "read_key"]
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def mask(key: str | None) -> str:
-    """`sk-…abcd`: enough to recognise a key, never enough to use it."""
-    if not key:
-        return "(none)"
-    key = key.strip()
-    if len(key) <= 8:
-        return "…" + key[-2:]
-    prefix = key[:3] if key[:3].lower() in ("sk-", "rk-", "pk-") else key[:2]
-    return f"{prefix}…{key[-4:]}"
 
 
 def read_key(env_name: str | None, *, required: bool = False) -> str | None:
@@ -32,4 +24,10 @@ def read_key(env_name: str | None, *, required: bool = False) -> str | None:
         if required:
             raise BadInput("key variable", env_name, f"it is not set or empty; allowed: export {env_name}=<your key> first")
         return None
+    remember(value)
     return value
+
+
+def auth_headers(key: str | None) -> dict[str, str]:
+    """The Authorization header an OpenAI-compatible server expects (none without a key)."""
+    return {"Authorization": f"Bearer {key.strip()}"} if key else {}

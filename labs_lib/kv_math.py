@@ -59,15 +59,32 @@ DTYPES: dict[str, DType] = {
     )
 }
 DTYPE_ALIASES = {
-    "f32": "fp32", "float32": "fp32", "float": "fp32",
-    "f16": "fp16", "float16": "fp16", "half": "fp16",
+    "f32": "fp32",
+    "float32": "fp32",
+    "float": "fp32",
+    "f16": "fp16",
+    "float16": "fp16",
+    "half": "fp16",
     "bfloat16": "bf16",
-    "fp8_e4m3": "fp8", "fp8_e5m2": "fp8", "fp8_inc": "fp8", "float8": "fp8",
-    "i8": "int8", "i4": "int4",
+    "fp8_e4m3": "fp8",
+    "fp8_e5m2": "fp8",
+    "fp8_inc": "fp8",
+    "float8": "fp8",
+    "i8": "int8",
+    "i4": "int4",
 }
 # llama.cpp's names for the same formats (its --cache-type-k/v vocabulary).
-LLAMACPP_NAMES = {"fp32": "f32", "fp16": "f16", "bf16": "bf16", "q8_0": "q8_0", "q4_0": "q4_0",
-                  "q4_1": "q4_1", "q5_0": "q5_0", "q5_1": "q5_1", "iq4_nl": "iq4_nl"}
+LLAMACPP_NAMES = {
+    "fp32": "f32",
+    "fp16": "f16",
+    "bf16": "bf16",
+    "q8_0": "q8_0",
+    "q4_0": "q4_0",
+    "q4_1": "q4_1",
+    "q5_0": "q5_0",
+    "q5_1": "q5_1",
+    "iq4_nl": "iq4_nl",
+}
 
 
 def dtype(name: str | DType) -> DType:
@@ -177,8 +194,9 @@ def kv_cache(
         if max_len < seq_len:
             raise BadInput("max_len", max_len, f"allowed: an integer >= seq_len ({seq_len})")
         contiguous = per_layer * _layer_token_sum(spec, max_len) * batch * tp
-        fields.update(max_len=max_len, kv_bytes_contiguous=contiguous,
-                      contiguous_waste_bytes=contiguous - per_rank_seq * batch * tp)
+        fields.update(
+            max_len=max_len, kv_bytes_contiguous=contiguous, contiguous_waste_bytes=contiguous - per_rank_seq * batch * tp
+        )
     return KVEstimate(
         model=spec.name,
         attention=spec.attention,
@@ -215,6 +233,7 @@ def _non_negative(what: str, value: object) -> float:
         raise BadInput(what, value, "allowed: a number >= 0")
     return number
 
+
 DEFAULT_OVERHEAD_GIB = 2.0
 """Activation peak + non-torch memory + CUDA graphs, which vLLM measures at start-up.
 vllm#10517 logs Llama-3.1-8B on a 24 GB card: 2.07 GiB activations + 0.35 GiB non-torch."""
@@ -231,9 +250,9 @@ class CapacityPlan:
     max_model_len: int
     available_kv_bytes: int  # per rank
     page_bytes: int  # one block of one layer on one rank (vLLM page_size_bytes)
-    num_blocks: int  # = available // (page_bytes x layers)
-    kv_cache_tokens: int  # = num_blocks x block_size
-    blocks_per_request: int  # a request at max_model_len (all layers alike)
+    num_blocks: int  # = available // (page_bytes x layers sharing a block index: all, or one hybrid group's)
+    kv_cache_tokens: int  # = int(max_concurrency x max_model_len), as vLLM 0.32/0.33 log "KV cache size"
+    blocks_per_request: int  # a request at max_model_len, summed over hybrid groups
     max_concurrency: float  # = num_blocks / blocks_per_request
     fits_one_request: bool
     gpu: str | None = None
@@ -243,7 +262,6 @@ class CapacityPlan:
     weight_dtype: str | None = None
     weight_bytes_per_rank: int | None = None
     overhead_bytes: int | None = None  # stated estimate of activations + non-torch + graphs
-    sliding_window_estimate: bool = False  # sliding layers: vLLM's hybrid allocator differs
     problem: str | None = None
 
     def to_dict(self) -> dict:
@@ -260,7 +278,7 @@ def plan_capacity(
     available_kv_gib: float | None = None,
     gpu: str | None = None,
     gpu_memory_gib: float | None = None,
-    gpu_memory_utilization: float = 0.9,
+    gpu_memory_utilization: float = 0.92,  # vLLM 0.33's default (0.90 before)
     weight_dtype: str | DType = "bf16",
     weight_gib: float | None = None,
     overhead_gib: float = DEFAULT_OVERHEAD_GIB,
@@ -302,35 +320,55 @@ def plan_capacity(
             extra["weight_dtype"] = dtype(weight_dtype).name
         overhead = int(_non_negative("overhead_gib", overhead_gib) * GIB)
         available = max(0, requested - weights - overhead)
-        extra.update(gpu_memory_bytes=total, gpu_memory_utilization=util, requested_bytes=requested,
-                     weight_bytes_per_rank=weights, overhead_bytes=overhead)
+        extra.update(
+            gpu_memory_bytes=total,
+            gpu_memory_utilization=util,
+            requested_bytes=requested,
+            weight_bytes_per_rank=weights,
+            overhead_bytes=overhead,
+        )
         if available == 0:
-            extra["problem"] = (f"weights ({weights / GIB:.2f} GiB per rank) + overhead ({overhead / GIB:.2f} GiB) "
-                                f"exceed what vLLM may use ({requested / GIB:.2f} GiB): no room for KV blocks")
-    num_blocks = available // (page_bytes * spec.num_layers)
+            extra["problem"] = (
+                f"weights ({weights / GIB:.2f} GiB per rank) + overhead ({overhead / GIB:.2f} GiB) "
+                f"exceed what vLLM may use ({requested / GIB:.2f} GiB): no room for KV blocks"
+            )
     full_blocks = -(-max_model_len // block_size)
-    sliding = bool(spec.num_sliding_layers)
+    sliding = bool(spec.num_sliding_layers) and bool(spec.num_full_layers)
     if sliding:
-        # vLLM keeps about window - 1 + one batch of tokens for a sliding layer (SlidingWindowSpec)
+        # vLLM's hybrid allocator (kv_cache_utils, 0.32/0.33): layers of each type are split into groups of
+        # `group_size` layers; one block index holds one page of each of group_size layers, and a request
+        # takes its blocks from every group. A sliding group needs window - 1 + in-flight tokens (+1 block).
+        full, swa = spec.num_full_layers, spec.num_sliding_layers
+        group_size = max(full, swa) if max(full, swa) < 1.5 * min(full, swa) else min(full, swa)
         swa_tokens = min(spec.sliding_window - 1 + max_num_batched_tokens, max_model_len)
         swa_blocks = -(-swa_tokens // block_size) + 1
-        per_request = (spec.num_full_layers * full_blocks + spec.num_sliding_layers * swa_blocks) * page_bytes
-        max_concurrency = available / per_request
-        blocks_per_request = -(-per_request // (page_bytes * spec.num_layers))
+        num_blocks = available // (page_bytes * group_size)
+        blocks_per_request = -(-full // group_size) * full_blocks + -(-swa // group_size) * swa_blocks
     else:
+        num_blocks = available // (page_bytes * spec.num_layers)
         blocks_per_request = full_blocks
-        max_concurrency = num_blocks / full_blocks
+    max_concurrency = num_blocks / blocks_per_request
     fits = max_concurrency >= 1
     if not fits and "problem" not in extra:
         need = blocks_per_request * page_bytes * spec.num_layers
-        extra["problem"] = (f"one request of max_model_len {max_model_len:,} needs {need / GIB:.2f} GiB of KV cache, "
-                            f"more than the {available / GIB:.2f} GiB available: vLLM refuses to start")
+        extra["problem"] = (
+            f"one request of max_model_len {max_model_len:,} needs {need / GIB:.2f} GiB of KV cache, "
+            f"more than the {available / GIB:.2f} GiB available: vLLM refuses to start"
+        )
     return CapacityPlan(
-        model=spec.name, kv_dtype=dt.name, block_size=block_size, tp=tp, max_model_len=max_model_len,
-        available_kv_bytes=available, page_bytes=page_bytes, num_blocks=num_blocks,
-        kv_cache_tokens=num_blocks * block_size, blocks_per_request=blocks_per_request,
-        max_concurrency=round(max_concurrency, 4), fits_one_request=fits,
-        sliding_window_estimate=sliding, **extra,
+        model=spec.name,
+        kv_dtype=dt.name,
+        block_size=block_size,
+        tp=tp,
+        max_model_len=max_model_len,
+        available_kv_bytes=available,
+        page_bytes=page_bytes,
+        num_blocks=num_blocks,
+        kv_cache_tokens=int(max_concurrency * max_model_len),
+        blocks_per_request=blocks_per_request,
+        max_concurrency=round(max_concurrency, 4),
+        fits_one_request=fits,
+        **extra,
     )
 
 
@@ -434,8 +472,15 @@ def llamacpp_layout(
             size_swa = _pad(min(size_base, spec.sliding_window * (parallel if kv_unified else 1) + n_ubatch), LLAMACPP_CELL_PAD)
         caches.append(cache("swa", size_swa, spec.num_sliding_layers))
     return LlamaCppLayout(
-        model=spec.name, n_ctx=n_ctx, n_ctx_seq=n_ctx_seq, n_parallel=parallel, n_ubatch=n_ubatch,
-        kv_unified=kv_unified, swa_full=swa_full, type_k=LLAMACPP_NAMES[tk.name], type_v=LLAMACPP_NAMES[tv.name],
+        model=spec.name,
+        n_ctx=n_ctx,
+        n_ctx_seq=n_ctx_seq,
+        n_parallel=parallel,
+        n_ubatch=n_ubatch,
+        kv_unified=kv_unified,
+        swa_full=swa_full,
+        type_k=LLAMACPP_NAMES[tk.name],
+        type_v=LLAMACPP_NAMES[tv.name],
         caches=tuple(caches),
     )
 

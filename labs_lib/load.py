@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -40,40 +39,90 @@ class SLO:
         return all(limit is None or (value is not None and value <= limit) for limit, value in checks)
 
 
-def _stats(prefix: str, values: list[float]) -> dict[str, float | None]:
-    arr = np.asarray([v for v in values if v is not None], dtype=float)
-    if arr.size == 0:
-        return {f"mean_{prefix}_ms": None, f"std_{prefix}_ms": None, **{f"p{p}_{prefix}_ms": None for p in PERCENTILES}}
-    return {f"mean_{prefix}_ms": float(arr.mean()), f"std_{prefix}_ms": float(arr.std()),
-            **{f"p{p}_{prefix}_ms": float(np.percentile(arr, p)) for p in PERCENTILES}}
+@dataclass
+class Stats:
+    """Mean, standard deviation and percentiles of one metric over a run (ms; None without values)."""
+
+    mean: float | None = None
+    std: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+
+    @classmethod
+    def of(cls, values: list[float | None]) -> Stats:
+        arr = np.asarray([v for v in values if v is not None], dtype=float)
+        if arr.size == 0:
+            return cls()
+        p50, p90, p99 = (float(np.percentile(arr, p)) for p in PERCENTILES)
+        return cls(float(arr.mean()), float(arr.std()), p50, p90, p99)
 
 
-def summarize(records: list[RequestRecord], duration_s: float, slo: SLO | None = None) -> dict:
+@dataclass
+class Summary:
+    """One run's metrics over its successful requests (failures counted, never averaged in).
+
+    Throughputs are per second of the run's wall time; goodput counts requests meeting every SLO."""
+
+    completed: int
+    failed: int
+    duration_s: float
+    total_input_tokens: int
+    total_output_tokens: int
+    request_throughput: float | None
+    output_throughput: float | None
+    total_token_throughput: float | None
+    tokens_estimated: bool
+    ttft_ms: Stats
+    tpot_ms: Stats
+    itl_ms: Stats
+    e2e_ms: Stats
+    goodput: float | None = None
+    slo_attainment: float | None = None
+    errors: dict[str, int] = field(default_factory=dict)
+
+    def flat(self) -> dict:
+        """Flat columns as `vllm bench serve` names them (p50_ttft_ms, mean_tpot_ms, …), errors left out."""
+        out = {k: v for k, v in asdict(self).items() if not isinstance(v, dict)}
+        for metric in ("ttft", "tpot", "itl", "e2e"):
+            for stat, value in asdict(getattr(self, f"{metric}_ms")).items():
+                out[f"{stat}_{metric}_ms"] = value
+        return out
+
+
+def summarize(records: list[RequestRecord], duration_s: float, slo: SLO | None = None) -> Summary:
     """Per-run metrics over successful requests (failures counted, never averaged in)."""
     ok = [r for r in records if r.ok]
     out_tokens = sum(r.output_tokens or 0 for r in ok)
     in_tokens = sum(r.prompt_tokens or 0 for r in ok)
-    summary = {
-        "completed": len(ok), "failed": len(records) - len(ok), "duration_s": duration_s,
-        "total_input_tokens": in_tokens, "total_output_tokens": out_tokens,
-        "request_throughput": len(ok) / duration_s if duration_s > 0 else None,
-        "output_throughput": out_tokens / duration_s if duration_s > 0 else None,
-        "total_token_throughput": (in_tokens + out_tokens) / duration_s if duration_s > 0 else None,
-        "tokens_estimated": any(r.tokens_estimated for r in ok),
-    }
-    summary |= _stats("ttft", [r.ttft_ms for r in ok])
-    summary |= _stats("tpot", [r.tpot_ms for r in ok])
-    summary |= _stats("itl", [gap for r in ok for gap in r.itl_ms])
-    summary |= _stats("e2e", [r.e2e_ms for r in ok])
-    if slo is not None:
-        good = sum(slo.met(r) for r in records)
-        summary["goodput"] = good / duration_s if duration_s > 0 else None
-        summary["slo_attainment"] = good / len(records) if records else None
+
+    def per_s(n: float) -> float | None:
+        return n / duration_s if duration_s > 0 else None
+
     errors: dict[str, int] = {}
     for r in records:
         if not r.ok:
             errors[r.error] = errors.get(r.error, 0) + 1
-    summary["errors"] = errors
+    summary = Summary(
+        completed=len(ok),
+        failed=len(records) - len(ok),
+        duration_s=duration_s,
+        total_input_tokens=in_tokens,
+        total_output_tokens=out_tokens,
+        request_throughput=per_s(len(ok)),
+        output_throughput=per_s(out_tokens),
+        total_token_throughput=per_s(in_tokens + out_tokens),
+        tokens_estimated=any(r.tokens_estimated for r in ok),
+        ttft_ms=Stats.of([r.ttft_ms for r in ok]),
+        tpot_ms=Stats.of([r.tpot_ms for r in ok]),
+        itl_ms=Stats.of([gap for r in ok for gap in r.itl_ms]),
+        e2e_ms=Stats.of([r.e2e_ms for r in ok]),
+        errors=errors,
+    )
+    if slo is not None:
+        good = sum(slo.met(r) for r in records)
+        summary.goodput = per_s(good)
+        summary.slo_attainment = good / len(records) if records else None
     return summary
 
 
@@ -87,8 +136,12 @@ class LoadResult:
     slo: SLO | None = None
 
     @property
-    def summary(self) -> dict:
-        return {**self.settings, **summarize(self.records, self.duration_s, self.slo)}
+    def summary(self) -> Summary:
+        return summarize(self.records, self.duration_s, self.slo)
+
+    def row(self) -> dict:
+        """Settings and flat summary columns: one table row per run."""
+        return {**self.settings, **self.summary.flat()}
 
     @property
     def df(self) -> pd.DataFrame:
@@ -102,15 +155,20 @@ class LoadResult:
         rows["itl_ms"] = rows["itl_ms"].map(json.dumps)
         csv_path, json_path = path.with_suffix(".csv"), path.with_suffix(".json")
         rows.to_csv(csv_path, index=False)
-        json_path.write_text(json.dumps({"summary": self.summary, "slo": asdict(self.slo) if self.slo else None},
-                                        indent=2, default=str))
+        summary = {**self.row(), "errors": self.summary.errors}
+        json_path.write_text(
+            json.dumps({"summary": summary, "slo": asdict(self.slo) if self.slo else None}, indent=2, default=str)
+        )
         return csv_path, json_path
 
 
 def _client(endpoint: Endpoint, connections: int, timeout_s: float) -> httpx.AsyncClient:
     # the measurement is of the server: a loopback endpoint never goes through a proxy
-    return httpx.AsyncClient(timeout=timeout_s, trust_env=not endpoint.is_loopback,
-                             limits=httpx.Limits(max_connections=connections, max_keepalive_connections=0))
+    return httpx.AsyncClient(
+        timeout=timeout_s,
+        trust_env=not endpoint.is_loopback,
+        limits=httpx.Limits(max_connections=connections, max_keepalive_connections=0),
+    )
 
 
 def _progress(total: int, desc: str, enabled: bool):
@@ -119,10 +177,20 @@ def _progress(total: int, desc: str, enabled: bool):
     return tqdm(total=total, desc=desc, unit="req", disable=not enabled, leave=False)
 
 
-async def run_load(endpoint: Endpoint, specs: list[RequestSpec], *, concurrency: int | None = None,
-                   rate: float | None = None, burstiness: float = 1.0, seed: int = 0, slo: SLO | None = None,
-                   timeout_s: float = TIMEOUT_S, progress: bool = True, desc: str = "requests",
-                   settings: dict | None = None) -> LoadResult:
+async def run_load(
+    endpoint: Endpoint,
+    specs: list[RequestSpec],
+    *,
+    concurrency: int | None = None,
+    rate: float | None = None,
+    burstiness: float = 1.0,
+    seed: int = 0,
+    slo: SLO | None = None,
+    timeout_s: float = TIMEOUT_S,
+    progress: bool = True,
+    desc: str = "requests",
+    settings: dict | None = None,
+) -> LoadResult:
     """Send `specs`: at most `concurrency` in flight (closed loop), or arriving at `rate` per second
     (open loop, optionally also capped by concurrency)."""
     if not specs:
@@ -165,8 +233,16 @@ async def run_load(endpoint: Endpoint, specs: list[RequestSpec], *, concurrency:
             await asyncio.gather(*tasks)
         duration = time.perf_counter() - start
     bar.close()
-    meta = {"endpoint": endpoint.name, "base_url": endpoint.base_url, "model": endpoint.model, "requests": len(specs),
-            "concurrency": concurrency, "request_rate": rate, "burstiness": burstiness if rate else None, **(settings or {})}
+    meta = {
+        "endpoint": endpoint.name,
+        "base_url": endpoint.base_url,
+        "model": endpoint.model,
+        "requests": len(specs),
+        "concurrency": concurrency,
+        "request_rate": rate,
+        "burstiness": burstiness if rate else None,
+        **(settings or {}),
+    }
     return LoadResult([r for r in records if r is not None], duration, meta, slo)
 
 
@@ -184,18 +260,3 @@ def run_blocking(coro):
         return asyncio.run(coro)
     coro.close()
     raise LabsError("an event loop is already running (a notebook?): use `await` instead of run_blocking")
-
-
-def summaries(results: list[LoadResult]) -> pd.DataFrame:
-    """One row per run (e.g. per concurrency level)."""
-    rows = []
-    for res in results:
-        s = dict(res.summary)
-        s.pop("errors", None)
-        rows.append(s)
-    return pd.DataFrame(rows)
-
-
-def median_of_repeats(values: list[float | None]) -> float | None:
-    vals = [v for v in values if v is not None and not math.isnan(v)]
-    return float(np.median(vals)) if vals else None

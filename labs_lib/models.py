@@ -53,9 +53,13 @@ class ModelSpec:
         if self.num_kv_heads > self.num_q_heads:
             raise BadInput(f"{self.name}: num_kv_heads", self.num_kv_heads, f"allowed: <= num_q_heads ({self.num_q_heads})")
         if any(not 0 <= i < self.num_layers for i in self.sliding_layers):
-            raise BadInput(f"{self.name}: sliding_layers", self.sliding_layers, f"allowed: layer indices 0..{self.num_layers - 1}")
+            raise BadInput(
+                f"{self.name}: sliding_layers", self.sliding_layers, f"allowed: layer indices 0..{self.num_layers - 1}"
+            )
         if self.sliding_layers and not (self.sliding_window and self.sliding_window > 0):
-            raise BadInput(f"{self.name}: sliding_window", self.sliding_window, "allowed: a window >= 1 when sliding layers exist")
+            raise BadInput(
+                f"{self.name}: sliding_window", self.sliding_window, "allowed: a window >= 1 when sliding layers exist"
+            )
 
     @property
     def is_mla(self) -> bool:
@@ -93,10 +97,6 @@ class ModelSpec:
 def catalogue() -> dict[str, dict]:
     """data/models.json's entries, keyed by Hugging Face id."""
     return json.loads((DATA_DIR / "models.json").read_text())["models"]
-
-
-def catalogue_ids() -> list[str]:
-    return list(catalogue())
 
 
 def _spec_from_entry(hf_id: str, entry: dict) -> ModelSpec:
@@ -143,7 +143,8 @@ def load_model(ref: str | ModelSpec) -> ModelSpec:
     spec = from_catalogue(text)
     if spec is None:
         raise BadInput(
-            "model", ref,
+            "model",
+            ref,
             "allowed: a catalogue id or alias (list them with `python -m labs_lib models`), "
             "a Hugging Face config.json path, or a .gguf path",
         )
@@ -205,7 +206,9 @@ def from_hf_config(source: str | Path | dict) -> ModelSpec:
         try:
             cfg = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise BadInput("config.json", str(path), f"it is not readable JSON ({type(exc).__name__}); allowed: a Hugging Face config.json") from None
+            raise BadInput(
+                "config.json", str(path), f"it is not readable JSON ({type(exc).__name__}); allowed: a Hugging Face config.json"
+            ) from None
         label = str(path)
     if not isinstance(cfg, dict):
         raise BadInput("config.json", label, "allowed: a JSON object with num_hidden_layers, num_attention_heads, hidden_size")

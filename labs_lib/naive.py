@@ -7,16 +7,15 @@ and end_s is when the stream closed.
 
 from __future__ import annotations
 
-import json
+from .sse import payload
 
 
 def _data(line: str) -> dict | None:
-    if not line.startswith("data:") or "[DONE]" in line:
-        return None
     try:
-        return json.loads(line[5:].strip())
-    except json.JSONDecodeError:
+        obj = payload(line)
+    except ValueError:
         return None
+    return obj if isinstance(obj, dict) else None
 
 
 def seed000_len_over_1_5(trace: list[tuple[float, str]], end_s: float) -> dict:
@@ -35,7 +34,11 @@ def seed000_len_over_1_5(trace: list[tuple[float, str]], end_s: float) -> dict:
     if first is None:
         return {"ttft_ms": None, "output_tokens": None, "decode_tokens_per_s": None}
     tokens = len(text) / 1.5
-    return {"ttft_ms": first * 1000, "output_tokens": tokens, "decode_tokens_per_s": tokens / (end_s - first) if end_s > first else None}
+    return {
+        "ttft_ms": first * 1000,
+        "output_tokens": tokens,
+        "decode_tokens_per_s": tokens / (end_s - first) if end_s > first else None,
+    }
 
 
 def seed001_first_chunk(trace: list[tuple[float, str]], end_s: float) -> dict:
@@ -51,8 +54,11 @@ def seed002_data_lines(trace: list[tuple[float, str]], end_s: float) -> dict:
     if not lines:
         return {"ttft_ms": None, "output_tokens": None, "decode_tokens_per_s": None}
     first = lines[0][0]
-    return {"ttft_ms": first * 1000, "output_tokens": len(lines),
-            "decode_tokens_per_s": len(lines) / end_s if end_s else None}  # its throughput divides by the whole request
+    return {
+        "ttft_ms": first * 1000,
+        "output_tokens": len(lines),
+        "decode_tokens_per_s": len(lines) / end_s if end_s else None,
+    }  # its throughput divides by the whole request
 
 
 def seed003_all_lines(trace: list[tuple[float, str]], end_s: float) -> dict:

@@ -60,7 +60,9 @@ def check_exercise(label: str, answer: object, expected: float, *, rel_tol: floa
         ok = abs(float(answer) - expected) <= rel_tol * abs(expected)
     except (TypeError, ValueError):
         ok = False
-    print(f"Exercise {label}: " + ("correct" if ok else f"not quite: {answer!r} (expected about {expected:,.4g}). {hint}".rstrip()))
+    print(
+        f"Exercise {label}: " + ("correct" if ok else f"not quite: {answer!r} (expected about {expected:,.4g}). {hint}".rstrip())
+    )
     return ok
 
 

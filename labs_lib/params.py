@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from .errors import BadInput, choice, fraction, positive_int
+from .engines.registry import CHOICES, resolve_kind
+from .errors import BadInput, choice, fraction, positive_int, positive_number
 from .kv_math import dtype
 from .models import load_model
-
-ENGINES = ("auto", "llamacpp", "vllm")
 
 
 def flag(what: str, value: object) -> bool:
@@ -41,7 +40,7 @@ def lab01(*, model, compare_models, seq_len, batch, kv_dtype, gpu, gpu_memory_ut
 
 
 def engine_name(value: object) -> str:
-    return choice("engine", value, ENGINES)
+    return choice("engine", value, CHOICES)
 
 
 def int_list(what: str, value: object, *, maximum: int = 1_000_000) -> list[int]:
@@ -50,8 +49,23 @@ def int_list(what: str, value: object, *, maximum: int = 1_000_000) -> list[int]
     return [positive_int(what, v, maximum=maximum) for v in value]
 
 
-def lab02(*, endpoint, model, engine, slots, prompt_tokens, max_tokens, repeats, prompt_lengths, max_tokens_list,
-          kv_demo_tokens, concurrency_levels, requests_per_level, quick, interactive) -> SimpleNamespace:
+def lab02(
+    *,
+    endpoint,
+    model,
+    engine,
+    slots,
+    prompt_tokens,
+    max_tokens,
+    repeats,
+    prompt_lengths,
+    max_tokens_list,
+    kv_demo_tokens,
+    concurrency_levels,
+    requests_per_level,
+    quick,
+    interactive,
+) -> SimpleNamespace:
     from .endpoints import BUILTIN, check_url
 
     if not isinstance(endpoint, str) or (endpoint not in BUILTIN and "://" not in endpoint):
@@ -62,15 +76,21 @@ def lab02(*, endpoint, model, engine, slots, prompt_tokens, max_tokens, repeats,
         raise BadInput("model", model, "allowed: None or a model id string")
     quick = flag("quick", quick)
     p = SimpleNamespace(
-        endpoint=endpoint, model=model, engine=engine_name(engine), slots=positive_int("slots", slots, maximum=64),
+        endpoint=endpoint,
+        model=model,
+        engine=engine_name(engine),
+        slots=positive_int("slots", slots, maximum=64),
         prompt_tokens=positive_int("prompt_tokens", prompt_tokens, maximum=100_000),
-        max_tokens=positive_int("max_tokens", max_tokens, maximum=100_000), repeats=positive_int("repeats", repeats, maximum=100),
+        max_tokens=positive_int("max_tokens", max_tokens, maximum=100_000),
+        repeats=positive_int("repeats", repeats, maximum=100),
         prompt_lengths=int_list("prompt_lengths", prompt_lengths, maximum=100_000),
         max_tokens_list=int_list("max_tokens_list", max_tokens_list, maximum=100_000),
         kv_demo_tokens=positive_int("kv_demo_tokens", kv_demo_tokens, maximum=4096),
         concurrency_levels=int_list("concurrency_levels", concurrency_levels, maximum=1024),
         requests_per_level=positive_int("requests_per_level", requests_per_level, maximum=100_000),
-        quick=quick, interactive=flag("interactive", interactive))
+        quick=quick,
+        interactive=flag("interactive", interactive),
+    )
     if quick:  # small sizes for CI: the same experiments, fewer and shorter requests
         p.repeats = min(p.repeats, 2)
         p.prompt_lengths = [n for n in p.prompt_lengths if n <= 256][:2] or [32]
@@ -84,18 +104,20 @@ def lab02(*, endpoint, model, engine, slots, prompt_tokens, max_tokens, repeats,
 
 
 def lab03(*, engine, model, slo_ttft_ms, slo_tpot_ms, resume, quick, interactive) -> SimpleNamespace:
-    from .engine import resolve_kind
-    from .errors import positive_number
-
     if model is not None and not isinstance(model, str):
         raise BadInput("model", model, "allowed: None (the grids' model) or a model id / path string")
-    return SimpleNamespace(engine=resolve_kind(engine_name(engine)), model=model,
-                           slo_ttft_ms=positive_number("slo_ttft_ms", slo_ttft_ms), slo_tpot_ms=positive_number("slo_tpot_ms", slo_tpot_ms),
-                           resume=flag("resume", resume), quick=flag("quick", quick), interactive=flag("interactive", interactive))
+    return SimpleNamespace(
+        engine=resolve_kind(engine_name(engine)),
+        model=model,
+        slo_ttft_ms=positive_number("slo_ttft_ms", slo_ttft_ms),
+        slo_tpot_ms=positive_number("slo_tpot_ms", slo_tpot_ms),
+        resume=flag("resume", resume),
+        quick=flag("quick", quick),
+        interactive=flag("interactive", interactive),
+    )
 
 
 def lab04(*, engine, variants, kv_dtypes, eval_tokens, gpu_models, quick, interactive) -> SimpleNamespace:
-    from .engine import resolve_kind
     from .quant import check_variant
     from .quant_compare import KV_DTYPES
 
@@ -109,9 +131,15 @@ def lab04(*, engine, variants, kv_dtypes, eval_tokens, gpu_models, quick, intera
         raise BadInput("gpu_models", gpu_models, "allowed: a list of mappings with at least a 'model' id")
     quick = flag("quick", quick)
     names = [check_variant(v) for v in variants]
-    p = SimpleNamespace(engine=resolve_kind(engine_name(engine)), variants=names, kv_dtypes=[str(k).lower() for k in kv_dtypes],
-                        eval_tokens=positive_int("eval_tokens", eval_tokens, maximum=4096), gpu_models=list(gpu_models),
-                        quick=quick, interactive=flag("interactive", interactive))
+    p = SimpleNamespace(
+        engine=resolve_kind(engine_name(engine)),
+        variants=names,
+        kv_dtypes=[str(k).lower() for k in kv_dtypes],
+        eval_tokens=positive_int("eval_tokens", eval_tokens, maximum=4096),
+        gpu_models=list(gpu_models),
+        quick=quick,
+        interactive=flag("interactive", interactive),
+    )
     if quick:
         p.variants = [v for v in names if v in ("F16", "Q8_0", "Q4_0", "Q4_K_M")] or names[:2]
         p.eval_tokens = min(p.eval_tokens, 48)
@@ -119,8 +147,11 @@ def lab04(*, engine, variants, kv_dtypes, eval_tokens, gpu_models, quick, intera
 
 
 def lab05(*, ctx_per_request, quick, interactive) -> SimpleNamespace:
-    return SimpleNamespace(ctx_per_request=positive_int("ctx_per_request", ctx_per_request, minimum=256, maximum=32768),
-                           quick=flag("quick", quick), interactive=flag("interactive", interactive))
+    return SimpleNamespace(
+        ctx_per_request=positive_int("ctx_per_request", ctx_per_request, minimum=256, maximum=32768),
+        quick=flag("quick", quick),
+        interactive=flag("interactive", interactive),
+    )
 
 
 def check_notebook(lab: str, values: dict[str, object]) -> SimpleNamespace | None:

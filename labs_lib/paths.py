@@ -6,7 +6,8 @@ import os
 from pathlib import Path
 
 REPO_DIR = Path(__file__).resolve().parent.parent
-DATA_DIR = REPO_DIR / "data"
+# data/ at the top of a checkout (editable install), or inside the installed package (wheel)
+DATA_DIR = REPO_DIR / "data" if (REPO_DIR / "data").is_dir() else Path(__file__).resolve().parent / "data"
 NOTEBOOKS_DIR = REPO_DIR / "notebooks"
 RUNS_DIR = REPO_DIR / "runs"
 

@@ -5,12 +5,20 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
-from .kv_math import GIB, allocation_utilization, kv_cache, plan_capacity
+from .kv_math import GIB, allocation_utilization, dtype, kv_cache, plan_capacity
 from .models import load_model
+from .sse import DONE, payload
 
 
-def kv_memory_figure(model: str, seq_len: int, batch: int, kv_dtype: str = "fp16", *, compare: list[str] | None = None,
-                     budget_gib: float | None = None):
+def kv_memory_figure(
+    model: str,
+    seq_len: int,
+    batch: int,
+    kv_dtype: str = "fp16",
+    *,
+    compare: list[str] | None = None,
+    budget_gib: float | None = None,
+):
     """KV cache (GiB) against context length and against batch size, at one operating point.
 
     Left: one sequence up to 4 x seq_len for `model` (and `compare` models); right: the batch at seq_len."""
@@ -56,7 +64,6 @@ def attention_kinds_figure(models: list[str], kv_dtype: str = "bf16"):
 
 def dtype_figure(model: str, seq_len: int, dtypes: list[str]):
     """KV bytes of one sequence across dtypes, with bits per value."""
-    from .kv_math import dtype
 
     spec = load_model(model)
     sizes = [kv_cache(spec, seq_len, 1, d).kv_bytes / 2**20 for d in dtypes]
@@ -75,31 +82,49 @@ def paged_vs_contiguous_figure(lengths: list[int], max_len: int, block_sizes: tu
     fig, (ax_hist, ax_util) = plt.subplots(1, 2, figsize=(11, 3.6))
     ax_hist.hist(lengths, bins=40, color="C0")
     ax_hist.axvline(max_len, color="red", ls="--")
-    ax_hist.set(xlabel="sequence length (tokens)", ylabel="requests", title=f"{len(lengths)} requests; preallocation = {max_len:,}")
+    ax_hist.set(
+        xlabel="sequence length (tokens)", ylabel="requests", title=f"{len(lengths)} requests; preallocation = {max_len:,}"
+    )
     utils = [allocation_utilization(lengths, max_len=max_len, block_size=b)["paged"] * 100 for b in block_sizes]
     contiguous = allocation_utilization(lengths, max_len=max_len)["contiguous"] * 100
     ax_util.plot([str(b) for b in block_sizes], utils, marker="o", label="paged")
     ax_util.axhline(contiguous, color="red", ls="--", label=f"contiguous to {max_len:,}: {contiguous:.0f}%")
-    ax_util.set(xlabel="block size (tokens)", ylabel="slots used (%)", ylim=(0, 105), title="Paged allocation wastes at most one block")
+    ax_util.set(
+        xlabel="block size (tokens)", ylabel="slots used (%)", ylim=(0, 105), title="Paged allocation wastes at most one block"
+    )
     ax_util.legend(fontsize=8)
     fig.tight_layout()
     return fig
 
 
-def capacity_figure(model: str, gpus: list[str], max_model_lens: list[int], *, kv_dtype: str = "bf16",
-                    gpu_memory_utilization: float = 0.9, tp: int = 1):
+def capacity_figure(
+    model: str,
+    gpus: list[str],
+    max_model_lens: list[int],
+    *,
+    kv_dtype: str = "bf16",
+    gpu_memory_utilization: float = 0.9,
+    tp: int = 1,
+):
     """vLLM's maximum concurrency against max_model_len on several GPUs."""
     fig, ax = plt.subplots(figsize=(9, 3.8))
     for gpu in gpus:
-        plans = [plan_capacity(model, m, kv_dtype=kv_dtype, gpu=gpu, gpu_memory_utilization=gpu_memory_utilization, tp=tp)
-                 for m in max_model_lens]
+        plans = [
+            plan_capacity(model, m, kv_dtype=kv_dtype, gpu=gpu, gpu_memory_utilization=gpu_memory_utilization, tp=tp)
+            for m in max_model_lens
+        ]
         if all(p.num_blocks == 0 for p in plans):
             ax.plot([], [], label=f"{gpu}: weights do not fit")
             continue
         ax.plot(max_model_lens, [p.max_concurrency for p in plans], marker="o", label=gpu)
     ax.axhline(1, color="grey", lw=0.8)
-    ax.set(xscale="log", yscale="log", xlabel="max_model_len (tokens)", ylabel="max concurrency (requests)",
-           title=f"{load_model(model).name}, {kv_dtype} KV, tp={tp}, gpu_memory_utilization={gpu_memory_utilization}")
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="max_model_len (tokens)",
+        ylabel="max concurrency (requests)",
+        title=f"{load_model(model).name}, {kv_dtype} KV, tp={tp}, gpu_memory_utilization={gpu_memory_utilization}",
+    )
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -110,13 +135,13 @@ def capacity_figure(model: str, gpus: list[str], max_model_lens: list[int], *, k
 
 
 def _chunk_kind(line: str) -> str:
-    import json
-
-    if "[DONE]" in line:
-        return "[DONE]"
     try:
-        obj = json.loads(line[5:])
+        obj = payload(line)
     except ValueError:
+        return "other"
+    if obj == DONE:
+        return "[DONE]"
+    if not isinstance(obj, dict):
         return "other"
     if not obj.get("choices"):
         return "usage" if obj.get("usage") else "other"

@@ -13,9 +13,9 @@ import re
 from collections.abc import Callable
 from functools import cache
 
-import httpx
 import numpy as np
 
+from .engines.llamacpp_api import LlamaCppAPI
 from .errors import positive_int
 from .paths import DATA_DIR
 
@@ -29,23 +29,13 @@ def corpus_text(name: str = "corpus.txt") -> str:
 
 
 def engine_tokenizer(root_url: str, headers: dict[str, str] | None = None, timeout_s: float = 30.0) -> Tokenizer:
-    """Token pieces from a llama.cpp server's /tokenize (with_pieces)."""
-
-    def tokenize(text: str) -> list[str]:
-        resp = httpx.post(f"{root_url}/tokenize", json={"content": text, "with_pieces": True, "add_special": False},
-                          headers=headers or {}, timeout=timeout_s, trust_env=False)
-        resp.raise_for_status()
-        return [t["piece"] if isinstance(t["piece"], str) else bytes(t["piece"]).decode(errors="replace")
-                for t in resp.json()["tokens"]]
-
-    return tokenize
+    """Token pieces from a llama.cpp server's /tokenize."""
+    api = LlamaCppAPI(root_url, headers)
+    return lambda text: api.pieces(text, timeout_s=timeout_s)
 
 
 def token_ids(root_url: str, text: str, headers: dict[str, str] | None = None) -> list[int]:
-    resp = httpx.post(f"{root_url}/tokenize", json={"content": text, "add_special": False}, headers=headers or {},
-                      timeout=30, trust_env=False)
-    resp.raise_for_status()
-    return [t if isinstance(t, int) else t["id"] for t in resp.json()["tokens"]]
+    return LlamaCppAPI(root_url, headers).tokenize(text)
 
 
 class PromptFactory:

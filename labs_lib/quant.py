@@ -25,9 +25,9 @@ from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as QType
 from gguf.quants import dequantize, quantize
 
+from .engines.model_files import default_model_path
 from .errors import BadInput, LabsError
 from .gguf_meta import read_gguf_meta
-from .model_files import default_model_path
 from .paths import cache_dir
 
 ORIGINAL = "Q4_K_M"
@@ -93,14 +93,18 @@ def _check_room(meta, target: QType, folder: Path) -> None:
     need_disk = _expected_bytes(meta, target) + meta.data_start
     free_disk = shutil.disk_usage(folder).free
     if free_disk < need_disk * 1.1:
-        raise LabsError(f"not enough disk to build {target.name}: it needs {need_disk / 2**20:,.0f} MiB in {folder}, "
-                        f"{free_disk / 2**20:,.0f} MiB are free")
+        raise LabsError(
+            f"not enough disk to build {target.name}: it needs {need_disk / 2**20:,.0f} MiB in {folder}, "
+            f"{free_disk / 2**20:,.0f} MiB are free"
+        )
     largest = max(t.n_elements for t in meta.tensors)
     need_ram = largest * 4 * 4  # dequantized float32 and the quantizer's working copies
     free_ram = psutil.virtual_memory().available
     if free_ram < need_ram + 512 * 2**20:
-        raise LabsError(f"not enough memory to build {target.name}: about {need_ram / 2**30:.1f} GiB needed, "
-                        f"{free_ram / 2**30:.1f} GiB available")
+        raise LabsError(
+            f"not enough memory to build {target.name}: about {need_ram / 2**30:.1f} GiB needed, "
+            f"{free_ram / 2**30:.1f} GiB available"
+        )
 
 
 def _convert(raw: np.ndarray, source: QType, target: QType, row_length: int) -> bytes:
@@ -148,8 +152,12 @@ def build_variant(name: str, *, source: Path | None = None, force: bool = False,
         qt = _target(t.shape, t.type_name, target)
         bv, bb = GGML_QUANT_SIZES[qt]
         nbytes = t.n_elements // bv * bb
-        infos.append(_string(t.name) + struct.pack("<I", len(t.shape)) + b"".join(struct.pack("<Q", d) for d in t.shape)
-                     + struct.pack("<IQ", int(qt), offset))
+        infos.append(
+            _string(t.name)
+            + struct.pack("<I", len(t.shape))
+            + b"".join(struct.pack("<Q", d) for d in t.shape)
+            + struct.pack("<IQ", int(qt), offset)
+        )
         plan.append((t, qt, nbytes))
         offset += _pad(nbytes, meta.alignment)
     try:
@@ -184,25 +192,39 @@ def variants_table(names: list[str], *, build: bool = True, progress: bool = Tru
     for name in names:
         v = build_variant(name, progress=progress) if build else describe(name, variant_path(name))
         meta = read_gguf_meta(v.path)
-        rows.append({"variant": v.name, "file_MiB": round(v.file_bytes / 2**20, 1), "bits_per_weight": round(8 * meta.tensor_bytes / meta.n_params, 3),
-                     "tensor types": ", ".join(f"{k}x{n}" for k, n in sorted(v.tensor_types.items())),
-                     "build_s": round(v.build_s, 1) if v.build_s is not None else None, "path": str(v.path)})
+        rows.append(
+            {
+                "variant": v.name,
+                "file_MiB": round(v.file_bytes / 2**20, 1),
+                "bits_per_weight": round(8 * meta.tensor_bytes / meta.n_params, 3),
+                "tensor types": ", ".join(f"{k}x{n}" for k, n in sorted(v.tensor_types.items())),
+                "build_s": round(v.build_s, 1) if v.build_s is not None else None,
+                "path": str(v.path),
+            }
+        )
     return pd.DataFrame(rows)
 
 
-def roundtrip_error(tensor: str = "blk.0.ffn_down.weight", formats: tuple[str, ...] = ("F16", "Q8_0", "Q5_0", "Q4_1", "Q4_0"),
-                    source: Path | None = None) -> pd.DataFrame:
+def roundtrip_error(
+    tensor: str = "blk.0.ffn_down.weight",
+    formats: tuple[str, ...] = ("F16", "Q8_0", "Q5_0", "Q4_1", "Q4_0"),
+    source: Path | None = None,
+) -> pd.DataFrame:
     """One real weight tensor of the shipped model, quantized to each format and back: bits per value
     (block scales included) and the relative RMS error of the round trip."""
     source = source or default_model_path()
     meta = read_gguf_meta(source)
     found = next((t for t in meta.tensors if t.name == tensor), None)
     if found is None:
-        raise BadInput("tensor", tensor, "allowed: a tensor name of the model, e.g. " + ", ".join(t.name for t in meta.tensors[:3]))
+        raise BadInput(
+            "tensor", tensor, "allowed: a tensor name of the model, e.g. " + ", ".join(t.name for t in meta.tensors[:3])
+        )
     raw = np.memmap(source, dtype=np.uint8, mode="r")
     start = meta.data_start + found.offset
-    original = np.frombuffer(_convert(np.asarray(raw[start : start + found.n_bytes]), QType[found.type_name], QType.F32, found.shape[0]),
-                             dtype=np.float32).reshape(-1, found.shape[0])
+    original = np.frombuffer(
+        _convert(np.asarray(raw[start : start + found.n_bytes]), QType[found.type_name], QType.F32, found.shape[0]),
+        dtype=np.float32,
+    ).reshape(-1, found.shape[0])
     rows = []
     for name in formats:
         qt = QType[name]

@@ -68,12 +68,24 @@ def bound_tokens_per_s(bandwidth_bytes_per_s: float, bytes_per_step: int, batch:
     return bandwidth_bytes_per_s / bytes_per_step * batch
 
 
-def roofline_row(what: str, weight_bytes: int, kv_bytes_per_token: int, context_tokens: int, bandwidth_bytes_per_s: float,
-                 tpot_ms: float | None = None) -> dict:
+def roofline_row(
+    what: str,
+    weight_bytes: int,
+    kv_bytes_per_token: int,
+    context_tokens: int,
+    bandwidth_bytes_per_s: float,
+    tpot_ms: float | None = None,
+) -> dict:
     """One configuration against its bound, one sequence: bytes per step, bound and measured tokens/s
     (measured = 1000 / TPOT ms) and measured / bound."""
     step = decode_bytes_per_step(weight_bytes, kv_bytes_per_token, context_tokens)
     bound = bound_tokens_per_s(bandwidth_bytes_per_s, step)
     measured = 1000 / tpot_ms if tpot_ms else None
-    return {"what": what, "bytes_per_step": step, "bandwidth_GB_s": bandwidth_bytes_per_s / 1e9, "bound_tokens_per_s": bound,
-            "measured_tokens_per_s": measured, "measured_vs_bound": measured / bound if measured else None}
+    return {
+        "what": what,
+        "bytes_per_step": step,
+        "bandwidth_GB_s": bandwidth_bytes_per_s / 1e9,
+        "bound_tokens_per_s": bound,
+        "measured_tokens_per_s": measured,
+        "measured_vs_bound": measured / bound if measured else None,
+    }

@@ -7,7 +7,6 @@ executed notebook, so keys travel only through environment variables.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import contextlib
 import json
@@ -19,8 +18,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from .errors import KEY_LIKE, BadInput, LabsError
+from .errors import BadInput
+from .params import check_notebook, engine_name
 from .paths import NOTEBOOKS_DIR, RUNS_DIR
+from .redact import looks_like_key
 
 SECRET_NAME = re.compile(r"key|token|secret|passw|credential|auth|bearer", re.IGNORECASE)
 CELL_TIMEOUT_S = 1800
@@ -72,10 +73,16 @@ def parse_value(text: str) -> object:
 def refuse_secrets(params: dict[str, object]) -> None:
     for name, value in params.items():
         if SECRET_NAME.search(name):
-            raise BadInput("parameter", name, "its name looks like a secret; allowed: put keys in environment variables "
-                           "(e.g. TAOTOKEN_API_KEY) — papermill saves parameters into every executed notebook")
-        if isinstance(value, str) and KEY_LIKE.search(value.strip()):
-            raise BadInput(f"parameter {name}", "<hidden: looks like a key>", "allowed: non-secret values; keys go in environment variables")
+            raise BadInput(
+                "parameter",
+                name,
+                "its name looks like a secret; allowed: put keys in environment variables "
+                "(e.g. TAOTOKEN_API_KEY) — papermill saves parameters into every executed notebook",
+            )
+        if looks_like_key(value):
+            raise BadInput(
+                f"parameter {name}", "<hidden: looks like a key>", "allowed: non-secret values; keys go in environment variables"
+            )
 
 
 def declared_parameters(path: Path) -> dict[str, dict]:
@@ -88,7 +95,6 @@ def declared_parameters(path: Path) -> dict[str, dict]:
 def check_parameters(notebook: Path, declared: dict[str, dict], given: dict[str, object]) -> None:
     """Validate a notebook's parameters (its defaults, overridden by `given`) with the lab's own
     validator, before any kernel starts: a bad value is one line (BadInput), not a failed run."""
-    from .params import check_notebook
 
     values: dict[str, object] = {}
     for name, info in declared.items():
@@ -153,13 +159,18 @@ def _kernel_manager_class() -> dict:
     return {"kernel_manager_class": IPCKernelManager}
 
 
-def run_series(notebooks: list[Path], *, params: dict[str, object] | None = None, engine: str = "auto", quick: bool = True,
-               out_dir: Path | None = None, progress: bool = True) -> list[NotebookResult]:
+def run_series(
+    notebooks: list[Path],
+    *,
+    params: dict[str, object] | None = None,
+    engine: str = "auto",
+    quick: bool = True,
+    out_dir: Path | None = None,
+    progress: bool = True,
+) -> list[NotebookResult]:
     """Execute `notebooks` in order. Each gets the parameters it declares; all get quick/interactive/engine."""
     import papermill
     from tqdm.auto import tqdm
-
-    from .params import engine_name
 
     params = dict(params or {})
     refuse_secrets(params)
@@ -189,9 +200,17 @@ def run_series(notebooks: list[Path], *, params: dict[str, object] | None = None
         output = out_dir / nb.name
         start = time.perf_counter()
         try:
-            papermill.execute_notebook(str(nb), str(output), parameters=mine, kernel_name="python3", cwd=str(nb.parent),
-                                       progress_bar=False, log_output=False, execution_timeout=CELL_TIMEOUT_S,
-                                       **_kernel_manager_class())
+            papermill.execute_notebook(
+                str(nb),
+                str(output),
+                parameters=mine,
+                kernel_name="python3",
+                cwd=str(nb.parent),
+                progress_bar=False,
+                log_output=False,
+                execution_timeout=CELL_TIMEOUT_S,
+                **_kernel_manager_class(),
+            )
             result = NotebookResult(nb.stem, "ok", time.perf_counter() - start, output)
         except Exception as exc:  # papermill's PapermillExecutionError, a dead kernel, a timeout
             error, source = _failure_details(output, exc)
@@ -202,28 +221,3 @@ def run_series(notebooks: list[Path], *, params: dict[str, object] | None = None
             _print_failure(result)
     bar.close()
     return results
-
-
-def cmd_run(args: argparse.Namespace) -> int:
-    params = {}
-    for name, value in args.param or []:
-        params[name] = parse_value(value)
-    notebooks = discover(args.only)
-    if not notebooks:
-        raise LabsError(f"no lab notebooks found in {NOTEBOOKS_DIR}")
-    results = run_series(notebooks, params=params, engine=args.engine, quick=not args.full,
-                         out_dir=Path(args.out) if args.out else None)
-    failed = [r for r in results if r.status != "ok"]
-    total = sum(r.wall_s for r in results)
-    print(f"{len(results) - len(failed)}/{len(results)} notebooks ok in {total:.1f} s; executed copies in {results[0].output.parent}")
-    return 1 if failed else 0
-
-
-def add_parser(sub) -> None:
-    p = sub.add_parser("run", help="execute the lab notebooks headlessly (papermill)")
-    p.add_argument("--only", help="comma-separated lab numbers, e.g. 01,03")
-    p.add_argument("--engine", default="auto", help="auto (default), llamacpp or vllm")
-    p.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"), help="a notebook parameter")
-    p.add_argument("--out", help="folder for the executed notebooks (default runs/<timestamp>)")
-    p.add_argument("--full", action="store_true", help="full sizes instead of quick ones")
-    p.set_defaults(func=cmd_run)

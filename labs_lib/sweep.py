@@ -33,10 +33,13 @@ import pandas as pd
 import yaml
 
 from .endpoints import endpoint_for
-from .engine import ENGINE_KINDS, EngineConfig, make_engine
-from .engine_metrics import delta, scrape
+from .engines import KINDS, EngineConfig, engine_class, make_engine
+from .engines.metrics import delta, scrape
 from .errors import BadInput, LabsError, positive_int, positive_number, read_user_file
+from .gpu import read_gpus
 from .load import SLO, run_load, summarize, warm_up
+from .prompts import PromptFactory
+from .timing import RequestSpec
 
 SCHEMA = "labs-sweep/1"
 CONFIG_FIELDS = {f.name for f in dataclasses.fields(EngineConfig)}
@@ -69,8 +72,16 @@ class Point:
     level: dict = field(default_factory=dict)
 
     def point_id(self, engine: str) -> str:
-        key = json.dumps({"engine": engine, "config": self.config, "workload": asdict(self.workload) if self.workload else None,
-                          "level": self.level}, sort_keys=True, default=str)
+        key = json.dumps(
+            {
+                "engine": engine,
+                "config": self.config,
+                "workload": asdict(self.workload) if self.workload else None,
+                "level": self.level,
+            },
+            sort_keys=True,
+            default=str,
+        )
         return hashlib.sha1(key.encode()).hexdigest()[:16]
 
 
@@ -139,7 +150,9 @@ def load_grid(source: str | Path | dict, *, quick: bool = False, engine: str | N
         try:
             raw = yaml.safe_load(text)
         except yaml.YAMLError as exc:
-            raise BadInput("grid file", str(path), f"it is not readable YAML ({type(exc).__name__}); allowed: a YAML grid") from None
+            raise BadInput(
+                "grid file", str(path), f"it is not readable YAML ({type(exc).__name__}); allowed: a YAML grid"
+            ) from None
         label = path.stem
     if not isinstance(raw, dict):
         raise BadInput("grid", label, "allowed: a mapping with engine, base, axes and workloads")
@@ -150,8 +163,8 @@ def load_grid(source: str | Path | dict, *, quick: bool = False, engine: str | N
     if quick and isinstance(raw.get("quick"), dict):
         raw = {**raw, **raw["quick"]}
     kind = engine or raw.get("engine") or "llamacpp"
-    if kind not in ENGINE_KINDS or kind == "auto":
-        raise BadInput("engine", kind, "allowed: llamacpp, vllm")
+    if kind not in KINDS:
+        raise BadInput("engine", kind, "allowed: " + ", ".join(KINDS))
     base = raw.get("base") or {}
     axes = raw.get("axes") or {}
     variants = raw.get("variants") or []
@@ -167,8 +180,15 @@ def load_grid(source: str | Path | dict, *, quick: bool = False, engine: str | N
         if not isinstance(values, list) or not values:
             raise BadInput(f"axes.{key}", values, "allowed: a non-empty list of values")
     workloads = [_workload(w, f"workloads[{i}]") for i, w in enumerate(raw.get("workloads") or [])]
-    grid = Grid(name=str(raw.get("name") or label), engine=kind, base=dict(base), axes=dict(axes), workloads=workloads,
-                model=model if model is not None else raw.get("model"), variants=[dict(v) for v in variants])
+    grid = Grid(
+        name=str(raw.get("name") or label),
+        engine=kind,
+        base=dict(base),
+        axes=dict(axes),
+        workloads=workloads,
+        model=model if model is not None else raw.get("model"),
+        variants=[dict(v) for v in variants],
+    )
     for cfg in grid.configs():  # every configuration must be a valid EngineConfig
         EngineConfig(**cfg).validated()
     return grid
@@ -206,11 +226,17 @@ def read_rows(path: str | Path, *, repair: bool = False) -> list[dict]:
                     tmp.write_text(good)
                     os.replace(tmp, path)
                 break
-            raise BadInput("results file", str(path), f"line {i + 1} is not JSON; allowed: a sweep results file (JSONL)") from None
+            raise BadInput(
+                "results file", str(path), f"line {i + 1} is not JSON; allowed: a sweep results file (JSONL)"
+            ) from None
         if not isinstance(row, dict) or row.get("schema") != SCHEMA:
             found = row.get("schema") if isinstance(row, dict) else type(row).__name__
-            raise BadInput("results file", str(path), f"line {i + 1} has schema {found!r}, not {SCHEMA!r}; allowed: a file "
-                           "written by this sweep runner (choose another --out)")
+            raise BadInput(
+                "results file",
+                str(path),
+                f"line {i + 1} has schema {found!r}, not {SCHEMA!r}; allowed: a file "
+                "written by this sweep runner (choose another --out)",
+            )
         rows.append(row)
     if repair and rows and not torn and not complete_until_end:  # last line complete but unterminated: terminate it
         with path.open("a") as f:
@@ -238,14 +264,16 @@ def load_results(path: str | Path) -> pd.DataFrame:
 # ---------------------------------------------------------------- running
 
 
-def _specs(workload: Workload, factory) -> tuple[list, list[bool]]:
-    from .timing import RequestSpec
-
+def _specs(workload: Workload, factory: PromptFactory) -> tuple[list[RequestSpec], list[bool]]:
     prompts = factory.prompts(workload.requests, workload.prompt_tokens, shared_prefix_tokens=workload.shared_prefix_tokens)
-    is_long = [bool(workload.long_prompt_tokens and workload.long_every and i % workload.long_every == workload.long_every - 1)
-               for i in range(workload.requests)]
-    specs = [RequestSpec(factory.prompt(workload.long_prompt_tokens) if long else p, workload.max_tokens, ignore_eos=True)
-             for p, long in zip(prompts, is_long, strict=True)]
+    is_long = [
+        bool(workload.long_prompt_tokens and workload.long_every and i % workload.long_every == workload.long_every - 1)
+        for i in range(workload.requests)
+    ]
+    specs = [
+        RequestSpec(factory.prompt(workload.long_prompt_tokens) if long else p, workload.max_tokens, ignore_eos=True)
+        for p, long in zip(prompts, is_long, strict=True)
+    ]
     return specs, is_long
 
 
@@ -255,8 +283,6 @@ def _interesting(metrics: dict[str, float]) -> dict[str, float]:
 
 
 def _memory(engine) -> dict:
-    from .gpu import read_gpus
-
     readings, why = read_gpus()
     out = {"engine_rss_bytes": engine.resident_bytes()}
     if readings:
@@ -268,40 +294,58 @@ def _memory(engine) -> dict:
 
 
 async def _run_point(engine, kind: str, point: Point, slo: SLO | None, timeout_s: float) -> dict:
-    from .prompts import PromptFactory, engine_tokenizer
-
-    row: dict = {"allocation": engine.allocation.to_dict() if engine.allocation else None, "memory": None, "summary": None,
-                 "metrics": None}
+    row: dict = {
+        "allocation": engine.allocation.to_dict() if engine.allocation else None,
+        "memory": None,
+        "summary": None,
+        "metrics": None,
+    }
     if point.workload is None:
         row["memory"] = _memory(engine)
         return row
     endpoint = endpoint_for(engine)
-    tokenizer = engine_tokenizer(engine.root_url, endpoint.headers()) if kind == "llamacpp" else None
-    factory = PromptFactory(tokenizer, seed=hash(point.point_id(kind)) % 2**31)
+    factory = PromptFactory(engine.prompt_tokenizer(), seed=hash(point.point_id(kind)) % 2**31)
     specs, is_long = _specs(point.workload, factory)
     await warm_up(endpoint)
     before = scrape(engine.root_url, endpoint.headers())
     result = await asyncio.wait_for(
-        run_load(endpoint, specs, concurrency=point.level.get("concurrency"), rate=point.level.get("request_rate"), slo=slo,
-                 progress=False, settings={"workload": point.workload.name}),
-        timeout=timeout_s)
+        run_load(
+            endpoint,
+            specs,
+            concurrency=point.level.get("concurrency"),
+            rate=point.level.get("request_rate"),
+            slo=slo,
+            progress=False,
+            settings={"workload": point.workload.name},
+        ),
+        timeout=timeout_s,
+    )
     row["metrics"] = _interesting(delta(before, scrape(engine.root_url, endpoint.headers())))
     row["memory"] = _memory(engine)
-    summary = result.summary
-    summary.pop("errors", None)
+    summary = result.row()
     if any(is_long):
         short = [r for r, long in zip(result.records, is_long, strict=True) if not long]
         long_ = [r for r, long in zip(result.records, is_long, strict=True) if long]
         s_short, s_long = summarize(short, result.duration_s), summarize(long_, result.duration_s)
-        summary |= {"short_p50_ttft_ms": s_short["p50_ttft_ms"], "short_p99_ttft_ms": s_short["p99_ttft_ms"],
-                    "long_p50_ttft_ms": s_long["p50_ttft_ms"]}
+        summary |= {
+            "short_p50_ttft_ms": s_short.ttft_ms.p50,
+            "short_p99_ttft_ms": s_short.ttft_ms.p99,
+            "long_p50_ttft_ms": s_long.ttft_ms.p50,
+        }
     row["summary"] = summary
-    row["errors"] = summarize(result.records, result.duration_s)["errors"]
+    row["errors"] = result.summary.errors
     return row
 
 
-async def run_sweep(grid: Grid, out_path: str | Path, *, slo: SLO | None = None, point_timeout_s: float = 900.0,
-                    start_timeout_s: float | None = None, progress: bool = True) -> pd.DataFrame:
+async def run_sweep(
+    grid: Grid,
+    out_path: str | Path,
+    *,
+    slo: SLO | None = None,
+    point_timeout_s: float = 900.0,
+    start_timeout_s: float | None = None,
+    progress: bool = True,
+) -> pd.DataFrame:
     """Run every point not already in out_path; returns all results as a DataFrame."""
     from tqdm.auto import tqdm
 
@@ -322,10 +366,20 @@ async def run_sweep(grid: Grid, out_path: str | Path, *, slo: SLO | None = None,
             start_error = str(exc)
         try:
             for point in pending:
-                row = {"schema": SCHEMA, "point_id": point.point_id(grid.engine), "grid": grid.name, "engine": grid.engine,
-                       "config": point.config, "workload": asdict(point.workload) if point.workload else None,
-                       "level": point.level, "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "status": "ok", "error": None,
-                       "log_tail": None, "engine_start_s": engine.started_s}
+                row = {
+                    "schema": SCHEMA,
+                    "point_id": point.point_id(grid.engine),
+                    "grid": grid.name,
+                    "engine": grid.engine,
+                    "config": point.config,
+                    "workload": asdict(point.workload) if point.workload else None,
+                    "level": point.level,
+                    "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                    "status": "ok",
+                    "error": None,
+                    "log_tail": None,
+                    "engine_start_s": engine.started_s,
+                }
                 t0 = time.perf_counter()
                 if start_error:
                     row |= {"status": "failed", "error": f"engine did not start: {start_error}", "log_tail": engine.log_tail(15)}
@@ -333,7 +387,11 @@ async def run_sweep(grid: Grid, out_path: str | Path, *, slo: SLO | None = None,
                     try:
                         row |= await _run_point(engine, grid.engine, point, slo, point_timeout_s)
                     except TimeoutError:
-                        row |= {"status": "failed", "error": f"point timed out after {point_timeout_s:.0f} s", "log_tail": engine.log_tail(15)}
+                        row |= {
+                            "status": "failed",
+                            "error": f"point timed out after {point_timeout_s:.0f} s",
+                            "log_tail": engine.log_tail(15),
+                        }
                     except LabsError as exc:
                         row |= {"status": "failed", "error": str(exc), "log_tail": engine.log_tail(15)}
                     if row["status"] == "ok" and not engine.is_running():
@@ -353,47 +411,6 @@ def dry_run(grid: Grid) -> list[str]:
     points = grid.points()
     for cfg in grid.configs():
         n = sum(1 for p in points if p.config == cfg)
-        config = EngineConfig(**cfg)
-        if grid.engine == "vllm":
-            from .vllm_engine import command_line, known_flags, serve_args, unknown_flags
-
-            cmd = command_line(config)
-            version, flags = known_flags()
-            bad = unknown_flags(serve_args(config), flags)
-            note = f"   # WARNING: vLLM {version} does not know {', '.join(bad)}" if bad else ""
-        else:
-            from .llamacpp_engine import serve_command
-
-            cmd, note = serve_command(config), ""
-        lines.append(f"{cmd}   # {n} point(s){note}")
+        cmd, warning = engine_class(grid.engine).command_for(EngineConfig(**cfg))
+        lines.append(f"{cmd}   # {n} point(s)" + (f"   # {warning}" if warning else ""))
     return lines
-
-
-def cmd_sweep(args) -> int:
-    grid = load_grid(args.grid, quick=args.quick, engine=args.engine, model=args.model)
-    if args.dry_run:
-        for line in dry_run(grid):
-            print(line)
-        return 0
-    out = Path(args.out) if args.out else Path("results") / f"sweep-{grid.name}-{grid.engine}.jsonl"
-    from .load import run_blocking
-
-    df = run_blocking(run_sweep(grid, out, progress=True))
-    failed = int((df["status"] != "ok").sum()) if len(df) else 0
-    print(f"{len(df)} point(s) in {out} ({failed} failed)")
-    cols = [c for c in ("config.parallel", "config.ctx", "level.concurrency", "status", "summary.output_throughput",
-                        "summary.p50_ttft_ms", "summary.p99_ttft_ms", "summary.p50_tpot_ms") if c in df.columns]
-    if cols:
-        print(df[cols].to_string(index=False))
-    return 0
-
-
-def add_parser(sub) -> None:
-    p = sub.add_parser("sweep", help="run a tuning grid (resumable; one JSONL row per point)")
-    p.add_argument("--engine", choices=["llamacpp", "vllm"], help="engine (default: the grid's)")
-    p.add_argument("--grid", required=True, help="a YAML grid, e.g. data/grids/cpu_batching.yaml")
-    p.add_argument("--model", help="model (vLLM: an HF id or path; llama.cpp: a GGUF path)")
-    p.add_argument("--out", help="results file (JSONL; default results/sweep-<grid>-<engine>.jsonl); re-run to resume")
-    p.add_argument("--dry-run", action="store_true", help="print the engine commands, run nothing")
-    p.add_argument("--quick", action="store_true", help="the grid's quick variant (CI sizes)")
-    p.set_defaults(func=cmd_sweep)

@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .kv_math import MIB, llamacpp_layout
-from .models import load_model
+from .engines import engine_class
+from .engines.metrics import cache_hit_rate
 
-LOAD_COLUMNS = {"summary.output_throughput": "tok/s", "summary.request_throughput": "req/s", "summary.p50_ttft_ms": "TTFT p50",
-                "summary.p99_ttft_ms": "TTFT p99", "summary.p50_tpot_ms": "TPOT p50", "summary.p99_tpot_ms": "TPOT p99",
-                "summary.goodput": "goodput req/s", "summary.failed": "failed"}
+LOAD_COLUMNS = {
+    "summary.output_throughput": "tok/s",
+    "summary.request_throughput": "req/s",
+    "summary.p50_ttft_ms": "TTFT p50",
+    "summary.p99_ttft_ms": "TTFT p99",
+    "summary.p50_tpot_ms": "TPOT p50",
+    "summary.p99_tpot_ms": "TPOT p99",
+    "summary.goodput": "goodput req/s",
+    "summary.failed": "failed",
+}
 
 
 def varying(df: pd.DataFrame) -> list[str]:
@@ -47,40 +54,22 @@ def failures(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"config": label(df).loc[bad.index], "error": bad["error"]}).reset_index(drop=True)
 
 
-def kv_pool_table(df: pd.DataFrame, engine: str, model_path: str | None = None) -> pd.DataFrame:
-    """What the engine allocated for each configuration, beside the lab-01 math."""
+def kv_pool_table(df: pd.DataFrame, engine: str) -> pd.DataFrame:
+    """What the engine allocated for each configuration (beside the lab-01 math where the engine's layout is modelled)."""
     ok = df[df["status"] == "ok"]
-    rows = []
-    for _, r in ok.iterrows():
-        if engine == "llamacpp":
-            spec = load_model(model_path) if model_path else load_model("gemma-3-270m")
-            ctx, parallel = int(r["config.ctx"]), int(r.get("config.parallel") or 1)
-            layout = llamacpp_layout(spec, ctx, parallel, type_k=r.get("config.kv_cache_dtype") or "f16")
-            rows.append({"n_ctx asked": ctx, "slots": parallel, "context per request (logged)": int(r["allocation.n_ctx_seq"]),
-                         "KV MiB (logged)": r["allocation.kv_mib"], "KV MiB (lab-01 math)": round(layout.kv_bytes / MIB, 2),
-                         "match": f"{layout.kv_bytes / MIB:.2f}" == f"{r['allocation.kv_mib']:.2f}",
-                         "engine RSS MiB": round((r.get("memory.engine_rss_bytes") or 0) / MIB, 1)})
-        else:
-            rows.append({"gpu_memory_utilization": r.get("config.gpu_memory_utilization"),
-                         "available KV GiB": r.get("allocation.available_kv_gib"), "KV tokens": r.get("allocation.kv_cache_tokens"),
-                         "max concurrency": r.get("allocation.max_concurrency"), "max_model_len": r.get("allocation.max_model_len")})
-    return pd.DataFrame(rows)
+    return pd.DataFrame([engine_class(engine).kv_pool_row(r.to_dict()) for _, r in ok.iterrows()])
 
 
 def cache_hit_table(df: pd.DataFrame, engine: str) -> pd.DataFrame:
     """Prompt tokens served from the cache, per configuration, from the engine's own counters."""
+    cls = engine_class(engine)
     ok = df[df["status"] == "ok"]
+    hits = ok.get(f"metrics.{cls.cache_hit_counter}", pd.Series(0.0, index=ok.index)).fillna(0.0)
+    queries = ok.get(f"metrics.{cls.cache_query_counter}", pd.Series(0.0, index=ok.index)).fillna(0.0)
     out = pd.DataFrame({"config": label(ok)})
-    if engine == "llamacpp":
-        cached = ok.get("metrics.llamacpp:prompt_tokens_cached_total", 0)
-        computed = ok.get("metrics.llamacpp:prompt_tokens_total", 0)
-        out["prompt tokens computed"] = computed
-        out["prompt tokens from cache"] = cached
-        out["hit rate"] = cached / (cached + computed)
-    else:
-        hits, queries = ok.get("metrics.vllm:prefix_cache_hits_total", 0), ok.get("metrics.vllm:prefix_cache_queries_total", 0)
-        out["prefix cache queries"], out["hits"] = queries, hits
-        out["hit rate"] = hits / queries.where(queries > 0)
+    out["prompt tokens looked up" if cls.cache_queries_include_hits else "prompt tokens computed"] = queries
+    out["prompt tokens from cache"] = hits
+    out["hit rate"] = [cache_hit_rate(h, q, cls.cache_queries_include_hits) for h, q in zip(hits, queries, strict=True)]
     out["TTFT p50"] = ok["summary.p50_ttft_ms"]
     return out.reset_index(drop=True)
 

@@ -27,6 +27,7 @@ import httpx
 import orjson
 
 from .endpoints import Endpoint
+from .sse import data_bytes, split_lines
 
 TIMEOUT_S = 300.0
 
@@ -44,8 +45,12 @@ class RequestSpec:
     extra: dict = field(default_factory=dict)  # engine-specific body fields, e.g. {"cache_prompt": False}
 
     def body(self, model: str | None) -> dict:
-        body: dict = {"max_tokens": self.max_tokens, "temperature": self.temperature, "stream": True,
-                      "stream_options": {"include_usage": True}}
+        body: dict = {
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
         if model:
             body["model"] = model
         if self.api == "chat":
@@ -92,7 +97,9 @@ class RequestRecord:
         return asdict(self)
 
 
-def metrics_from_times(token_times_s: list[float], output_tokens: int | None) -> tuple[float | None, float | None, float | None, list[float]]:
+def metrics_from_times(
+    token_times_s: list[float], output_tokens: int | None
+) -> tuple[float | None, float | None, float | None, list[float]]:
     """(ttft_ms, tpot_ms, e2e_ms, itl_ms) from token-bearing chunk times (seconds after sending)."""
     if not token_times_s:
         return None, None, None, []
@@ -106,7 +113,7 @@ def metrics_from_times(token_times_s: list[float], output_tokens: int | None) ->
 class StreamTimer:
     """Turns the timestamped SSE lines of one streamed completion into a RequestRecord."""
 
-    __slots__ = ("rec", "times", "texts", "usage", "timings", "done", "keep_trace", "trace", "end_s", "_partial")
+    __slots__ = ("_partial", "done", "end_s", "keep_trace", "rec", "texts", "times", "timings", "trace", "usage")
 
     def __init__(self, request_id: int = 0, sent_s: float = 0.0, keep_trace: bool = False):
         self.rec = RequestRecord(request_id=request_id, sent_s=sent_s)
@@ -126,8 +133,7 @@ class StreamTimer:
         Lines that arrive in one read arrived together, so one clock reading per read is both the
         truth and the cheap way (see bench/harness_headroom.py).
         """
-        lines = (self._partial + data).split(b"\n") if self._partial else data.split(b"\n")
-        self._partial = lines.pop()
+        lines, self._partial = split_lines(self._partial, data)
         for raw in lines:
             if raw:
                 self._line(raw, t)
@@ -141,16 +147,16 @@ class StreamTimer:
         # The hot path of every measurement: bench/harness_headroom.py holds it to its budget.
         if self.keep_trace:
             self.trace.append((t, raw.decode(errors="replace").rstrip("\r")))
-        if raw[:5] != b"data:":
+        data = data_bytes(raw)
+        if data is None:
             return
         try:
-            obj = orjson.loads(raw[5:])
+            obj = orjson.loads(data)
         except orjson.JSONDecodeError:
-            payload = raw[5:].decode(errors="replace").strip()
-            if payload == "[DONE]":
+            if data == b"[DONE]":
                 self.done = True
             else:
-                self.rec.error = self.rec.error or f"unparseable stream chunk: {payload[:80]!r}"
+                self.rec.error = self.rec.error or f"unparseable stream chunk: {data[:80].decode(errors='replace')!r}"
             return
         if obj.__class__ is not dict:
             return
@@ -216,8 +222,15 @@ def _transport_error(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}".rstrip(": ")
 
 
-def measure(endpoint: Endpoint, spec: RequestSpec, *, request_id: int = 0, timeout_s: float = TIMEOUT_S,
-            keep_trace: bool = False, client: httpx.Client | None = None) -> tuple[RequestRecord, StreamTimer]:
+def measure(
+    endpoint: Endpoint,
+    spec: RequestSpec,
+    *,
+    request_id: int = 0,
+    timeout_s: float = TIMEOUT_S,
+    keep_trace: bool = False,
+    client: httpx.Client | None = None,
+) -> tuple[RequestRecord, StreamTimer]:
     """Send one streamed request and time it (synchronous). Returns the record and its timer."""
     own = client is None
     client = client or httpx.Client(timeout=timeout_s, trust_env=not endpoint.is_loopback)
@@ -239,8 +252,15 @@ def measure(endpoint: Endpoint, spec: RequestSpec, *, request_id: int = 0, timeo
             client.close()
 
 
-async def ameasure(client: httpx.AsyncClient, endpoint: Endpoint, spec: RequestSpec, *, request_id: int = 0,
-                   sent_s: float = 0.0, keep_trace: bool = False) -> RequestRecord:
+async def ameasure(
+    client: httpx.AsyncClient,
+    endpoint: Endpoint,
+    spec: RequestSpec,
+    *,
+    request_id: int = 0,
+    sent_s: float = 0.0,
+    keep_trace: bool = False,
+) -> RequestRecord:
     """Send one streamed request and time it (asyncio)."""
     timer = StreamTimer(request_id, sent_s, keep_trace)
     headers = {**endpoint.headers(), "Connection": "close"}

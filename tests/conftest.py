@@ -34,8 +34,15 @@ def pytest_collection_modifyitems(config, items):
 def run_cli(*args: str, env: dict | None = None, timeout: float = 300, input: str | None = None) -> subprocess.CompletedProcess:
     """`python -m labs_lib ARGS` in a subprocess, as a user runs it."""
     full_env = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "labs_lib", *args], capture_output=True, text=True, cwd=REPO,
-                          env=full_env, timeout=timeout, input=input)
+    return subprocess.run(
+        [sys.executable, "-m", "labs_lib", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=full_env,
+        timeout=timeout,
+        input=input,
+    )
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> None:

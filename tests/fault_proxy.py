@@ -14,10 +14,14 @@ import asyncio
 import contextlib
 import threading
 
-BAD_GATEWAY_BODY = (b"<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n"
-                    b"<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n")
-BAD_GATEWAY = (b"HTTP/1.1 502 Bad Gateway\r\nServer: nginx\r\nContent-Type: text/html\r\nConnection: close\r\n"
-               b"Content-Length: " + str(len(BAD_GATEWAY_BODY)).encode() + b"\r\n\r\n" + BAD_GATEWAY_BODY)
+BAD_GATEWAY_BODY = (
+    b"<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n"
+    b"<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n"
+)
+BAD_GATEWAY = (
+    b"HTTP/1.1 502 Bad Gateway\r\nServer: nginx\r\nContent-Type: text/html\r\nConnection: close\r\n"
+    b"Content-Length: " + str(len(BAD_GATEWAY_BODY)).encode() + b"\r\n\r\n" + BAD_GATEWAY_BODY
+)
 
 
 class FaultProxy:

@@ -13,10 +13,10 @@ from conftest import assert_one_line_error, fake_key, run_cli
 
 from labs_lib import runner
 from labs_lib.endpoints import Endpoint, resolve
-from labs_lib.engine import EngineConfig
+from labs_lib.engines import EngineConfig
+from labs_lib.engines.llamacpp import LlamaCppEngine
 from labs_lib.errors import BadInput
 from labs_lib.kv_math import kv_cache, plan_capacity
-from labs_lib.llamacpp_engine import LlamaCppEngine
 from labs_lib.load import run_blocking, run_load
 from labs_lib.models import load_model
 from labs_lib.sweep import load_grid
@@ -27,8 +27,10 @@ KEY = fake_key("pasted")
 
 def files(tmp: Path) -> dict[str, str]:
     (tmp / "bad.yaml").write_text("name: [unclosed\n")
-    (tmp / "axis.yaml").write_text("name: x\nengine: llamacpp\nbase: {ctx: 512}\naxes: {warp_drive: [1, 2]}\nworkloads: "
-                                   "[{name: w, concurrency: [1], requests: 1, prompt_tokens: 8, max_tokens: 4}]\n")
+    (tmp / "axis.yaml").write_text(
+        "name: x\nengine: llamacpp\nbase: {ctx: 512}\naxes: {warp_drive: [1, 2]}\nworkloads: "
+        "[{name: w, concurrency: [1], requests: 1, prompt_tokens: 8, max_tokens: 4}]\n"
+    )
     (tmp / "bad.json").write_text("{not json")
     (tmp / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 4096}))  # no layers, no heads
     (tmp / "truncated.gguf").write_bytes(b"GGUF\x03\x00\x00\x00" + b"\x00" * 5)  # the header of a GGUF, cut short
@@ -48,8 +50,11 @@ CLI_CASES = [
     ("kv truncated GGUF", ["kv", "--model", "{truncated.gguf}", "--seq-len", "128"], ["truncated.gguf"]),
     ("kv file that is not a GGUF", ["kv", "--model", "{notgguf.gguf}", "--seq-len", "128"], ["notgguf.gguf"]),
     ("kv invalid HF config", ["kv", "--model", "{config.json}", "--seq-len", "128"], ["config.json"]),
-    ("capacity utilization over 1", ["capacity", "--model", "llama-2-7b", "--gpu", "H100-SXM", "--max-model-len", "4096",
-                                     "--gpu-memory-utilization", "1.5"], ["1.5"]),
+    (
+        "capacity utilization over 1",
+        ["capacity", "--model", "llama-2-7b", "--gpu", "H100-SXM", "--max-model-len", "4096", "--gpu-memory-utilization", "1.5"],
+        ["1.5"],
+    ),
     ("capacity unknown GPU", ["capacity", "--model", "llama-2-7b", "--max-model-len", "4096", "--gpu", "RTX-9090"], ["RTX-9090"]),
     ("bench unknown endpoint", ["bench", "--endpoint", "nowhere"], ["nowhere"]),
     ("bench malformed URL", ["bench", "--base-url", "ftp://example"], ["ftp://example"]),
@@ -57,7 +62,11 @@ CLI_CASES = [
     ("bench zero concurrency", ["bench", "--base-url", "http://127.0.0.1:9/v1", "--concurrency", "0"], ["0"]),
     ("bench non-numeric concurrency", ["bench", "--base-url", "http://127.0.0.1:9/v1", "--concurrency", "1,x"], ["x"]),
     ("bench unknown engine", ["bench", "--endpoint", "local", "--engine", "tgi"], ["tgi"]),
-    ("bench key pasted as the variable name", ["bench", "--endpoint", "taotoken", "--api-key-env", KEY], ["key variable", "masked"]),
+    (
+        "bench key pasted as the variable name",
+        ["bench", "--endpoint", "taotoken", "--api-key-env", KEY],
+        ["key variable", "masked"],
+    ),
     ("sweep missing grid", ["sweep", "--grid", "/nonexistent/grid.yaml"], ["/nonexistent/grid.yaml"]),
     ("sweep invalid YAML", ["sweep", "--grid", "{bad.yaml}"], ["bad.yaml"]),
     ("sweep unknown axis", ["sweep", "--grid", "{axis.yaml}"], ["warp_drive"]),
@@ -92,9 +101,23 @@ LIBRARY_CASES = [
     ("load_model unknown", lambda: load_model("gpt-7"), "gpt-7"),
     ("resolve malformed URL", lambda: resolve("http://"), "http://"),
     ("run_load no requests", lambda: run_blocking(run_load(Endpoint("x", "http://127.0.0.1:9/v1", "m"), [], concurrency=1)), "0"),
-    ("run_load zero rate", lambda: run_blocking(run_load(Endpoint("x", "http://127.0.0.1:9/v1", "m"), [RequestSpec("x")], rate=0)), "0"),
-    ("load_grid empty axis", lambda: load_grid({"name": "g", "engine": "llamacpp", "axes": {"parallel": []},
-                                                "workloads": [{"name": "w", "concurrency": [1], "requests": 1}]}), "parallel"),
+    (
+        "run_load zero rate",
+        lambda: run_blocking(run_load(Endpoint("x", "http://127.0.0.1:9/v1", "m"), [RequestSpec("x")], rate=0)),
+        "0",
+    ),
+    (
+        "load_grid empty axis",
+        lambda: load_grid(
+            {
+                "name": "g",
+                "engine": "llamacpp",
+                "axes": {"parallel": []},
+                "workloads": [{"name": "w", "concurrency": [1], "requests": 1}],
+            }
+        ),
+        "parallel",
+    ),
 ]
 
 
@@ -146,7 +169,9 @@ def test_nothing_saved_is_lost(tmp_path):
 
     saved = tmp_path / "bench.json"
     saved.write_text('{"kept": true}')
-    assert_one_line_error(run_cli("bench", "--base-url", "http://127.0.0.1:9/v1", "--concurrency", "-1", "--out", str(saved)), "-1")
+    assert_one_line_error(
+        run_cli("bench", "--base-url", "http://127.0.0.1:9/v1", "--concurrency", "-1", "--out", str(saved)), "-1"
+    )
     assert saved.read_text() == '{"kept": true}'
 
     runs = tmp_path / "runs"

@@ -11,8 +11,9 @@ SCRIPTS = ["series_runtime", "harness_fidelity", "harness_headroom", "decode_roo
 
 
 def bench(name: str, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "bench" / f"{name}.py"), *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, str(REPO / "bench" / f"{name}.py"), *args], capture_output=True, text=True, timeout=timeout, cwd=REPO
+    )
 
 
 @pytest.mark.parametrize("name", SCRIPTS)

@@ -16,8 +16,24 @@ def test_kv_json_llama2_7b():
 def test_kv_json_deepseek_and_tp():
     out = json.loads(run_cli("kv", "--model", "deepseek-v3", "--seq-len", "1", "--kv-dtype", "bf16", "--json").stdout)
     assert out["kv_bytes_per_token"] == 70_272
-    out = json.loads(run_cli("kv", "--model", "llama-3.1-70b", "--seq-len", "4096", "--batch", "4", "--tp", "4",
-                             "--kv-dtype", "bf16", "--block-size", "16", "--json").stdout)
+    out = json.loads(
+        run_cli(
+            "kv",
+            "--model",
+            "llama-3.1-70b",
+            "--seq-len",
+            "4096",
+            "--batch",
+            "4",
+            "--tp",
+            "4",
+            "--kv-dtype",
+            "bf16",
+            "--block-size",
+            "16",
+            "--json",
+        ).stdout
+    )
     assert out["kv_bytes"] == 4 * out["kv_bytes_per_rank"] == 4 * 4096 * 327_680
     assert out["kv_bytes_paged"] == out["kv_bytes"]
 
@@ -28,14 +44,21 @@ def test_kv_table_is_readable():
 
 
 def test_kv_from_a_config_file():
-    out = json.loads(run_cli("kv", "--model", str(FIXTURES / "hf_configs" / "llama-2-7b.json"), "--seq-len", "2048", "--json").stdout)
+    out = json.loads(
+        run_cli("kv", "--model", str(FIXTURES / "hf_configs" / "llama-2-7b.json"), "--seq-len", "2048", "--json").stdout
+    )
     assert out["kv_bytes"] == 1_073_741_824
 
 
 def test_kv_engine_layout_json():
-    out = json.loads(run_cli("kv", "--model", "gemma-3-270m", "--engine", "llamacpp", "--ctx", "4096", "--parallel", "2", "--json").stdout)
+    out = json.loads(
+        run_cli("kv", "--model", "gemma-3-270m", "--engine", "llamacpp", "--ctx", "4096", "--parallel", "2", "--json").stdout
+    )
     assert out["kv_bytes"] == 42 * 2**20
-    assert [(c["kind"], c["cells"], c["kv_bytes"]) for c in out["caches"]] == [("full", 2048, 12 * 2**20), ("swa", 1024, 30 * 2**20)]
+    assert [(c["kind"], c["cells"], c["kv_bytes"]) for c in out["caches"]] == [
+        ("full", 2048, 12 * 2**20),
+        ("swa", 1024, 30 * 2**20),
+    ]
 
 
 def test_capacity_json():
@@ -52,20 +75,26 @@ def test_models_lists_the_catalogue():
     assert len(out) >= 20 and any(r["id"] == "deepseek-ai/DeepSeek-V3" and r["attention"] == "MLA" for r in out)
 
 
-@pytest.mark.parametrize("args,needles", [
-    (["kv", "--model", "gpt-9", "--seq-len", "10"], ["gpt-9", "allowed"]),
-    (["kv", "--model", "llama-2-7b", "--seq-len", "-5"], ["-5", "integer"]),
-    (["kv", "--model", "llama-2-7b", "--seq-len", "abc"], ["abc"]),
-    (["kv", "--model", "llama-2-7b", "--seq-len", "100", "--kv-dtype", "fp7"], ["fp7", "fp16"]),
-    (["kv", "--model", "llama-2-7b", "--seq-len", "100", "--tp", "3"], ["3", "divisor"]),
-    (["kv", "--model", "llama-2-7b"], ["--seq-len"]),
-    (["kv", "--model", "gemma-3-270m", "--engine", "llamacpp"], ["--ctx"]),
-    (["kv", "--model", "llama-2-7b", "--seq-len", "10", "--engine", "tgi"], ["tgi"]),
-    (["capacity", "--model", "llama-2-7b", "--gpu", "RTX-9999", "--max-model-len", "100"], ["RTX-9999", "H100"]),
-    (["capacity", "--model", "llama-2-7b", "--gpu", "L4", "--max-model-len", "100", "--gpu-memory-utilization", "1.5"], ["1.5"]),
-    (["capacity", "--model", "llama-2-7b", "--max-model-len", "100"], ["--gpu"]),
-    (["capacity", "--model", "llama-2-7b", "--gpu", "L4", "--max-model-len", "100", "--overhead-gib", "x"], ["x"]),
-    (["frobnicate"], ["frobnicate"]),
-])
+@pytest.mark.parametrize(
+    "args,needles",
+    [
+        (["kv", "--model", "gpt-9", "--seq-len", "10"], ["gpt-9", "allowed"]),
+        (["kv", "--model", "llama-2-7b", "--seq-len", "-5"], ["-5", "integer"]),
+        (["kv", "--model", "llama-2-7b", "--seq-len", "abc"], ["abc"]),
+        (["kv", "--model", "llama-2-7b", "--seq-len", "100", "--kv-dtype", "fp7"], ["fp7", "fp16"]),
+        (["kv", "--model", "llama-2-7b", "--seq-len", "100", "--tp", "3"], ["3", "divisor"]),
+        (["kv", "--model", "llama-2-7b"], ["--seq-len"]),
+        (["kv", "--model", "gemma-3-270m", "--engine", "llamacpp"], ["--ctx"]),
+        (["kv", "--model", "llama-2-7b", "--seq-len", "10", "--engine", "tgi"], ["tgi"]),
+        (["capacity", "--model", "llama-2-7b", "--gpu", "RTX-9999", "--max-model-len", "100"], ["RTX-9999", "H100"]),
+        (
+            ["capacity", "--model", "llama-2-7b", "--gpu", "L4", "--max-model-len", "100", "--gpu-memory-utilization", "1.5"],
+            ["1.5"],
+        ),
+        (["capacity", "--model", "llama-2-7b", "--max-model-len", "100"], ["--gpu"]),
+        (["capacity", "--model", "llama-2-7b", "--gpu", "L4", "--max-model-len", "100", "--overhead-gib", "x"], ["x"]),
+        (["frobnicate"], ["frobnicate"]),
+    ],
+)
 def test_bad_input_exits_2_with_one_line(args, needles):
     assert_one_line_error(run_cli(*args), *needles)

@@ -17,8 +17,10 @@ from conftest import REPO, TAG_VARIABLE, run_cli, wait_until_gone
 
 from labs_lib.sweep import read_rows
 
-GRID = ("name: crash\nengine: llamacpp\nbase: {ctx: 1024}\naxes: {parallel: [1, 2, 3]}\n"
-        "workloads: [{name: tiny, concurrency: [1], requests: 2, prompt_tokens: 16, max_tokens: 24}]\n")
+GRID = (
+    "name: crash\nengine: llamacpp\nbase: {ctx: 1024}\naxes: {parallel: [1, 2, 3]}\n"
+    "workloads: [{name: tiny, concurrency: [1], requests: 2, prompt_tokens: 16, max_tokens: 24}]\n"
+)
 
 
 def rows_in(path) -> int:
@@ -28,8 +30,13 @@ def rows_in(path) -> int:
 def kill_sweep(tmp_path, tag: str, after_rows: int, extra_delay_s: float = 0.0):
     grid, out = tmp_path / "grid.yaml", tmp_path / "rows.jsonl"
     grid.write_text(GRID)
-    proc = subprocess.Popen([sys.executable, "-m", "labs_lib", "sweep", "--grid", str(grid), "--out", str(out)], cwd=REPO,
-                            env={**os.environ, TAG_VARIABLE: tag}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "labs_lib", "sweep", "--grid", str(grid), "--out", str(out)],
+        cwd=REPO,
+        env={**os.environ, TAG_VARIABLE: tag},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 180
     while rows_in(out) < after_rows and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.05)
@@ -77,6 +84,7 @@ def test_torn_last_line_is_dropped_with_a_warning_on_resume(tmp_path):
 @pytest.mark.parametrize("trial", range(6))
 def test_kill_at_a_random_moment(trial, tmp_path):
     rng = random.Random(1000 + trial)
-    grid, out = kill_sweep(tmp_path, f"crash-random-{trial}-{os.getpid()}", after_rows=rng.choice([0, 1, 2]),
-                           extra_delay_s=rng.uniform(0, 4))
+    grid, out = kill_sweep(
+        tmp_path, f"crash-random-{trial}-{os.getpid()}", after_rows=rng.choice([0, 1, 2]), extra_delay_s=rng.uniform(0, 4)
+    )
     rerun_and_check(grid, out, read_rows(out))

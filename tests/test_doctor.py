@@ -12,14 +12,12 @@ import openai
 import pytest
 from conftest import REPO, assert_one_line_error, fake_key, run_cli
 
-from labs_lib.client_config import check_config
-from labs_lib.diagnose import diagnose
-from labs_lib.doctor import run_doctor
+from labs_lib.doctor import check_config, diagnose, run_doctor
+from labs_lib.doctor.troubleshoot import attempt
 from labs_lib.endpoints import Endpoint, endpoint_for
-from labs_lib.engine import EngineConfig
-from labs_lib.llamacpp_engine import LlamaCppEngine
+from labs_lib.engines import EngineConfig
+from labs_lib.engines.llamacpp import LlamaCppEngine
 from labs_lib.paths import DATA_DIR
-from labs_lib.troubleshoot import attempt
 
 KEY = fake_key("doctor-canary-")
 
@@ -57,13 +55,16 @@ def test_healthy_setup_passes_every_check(engine):
     assert "exceed" in report.checks[-1].evidence  # the over-long request really was refused
 
 
-@pytest.mark.parametrize("setup,check,cause", [
-    ("wrong key", "4 authentication", "rejected the key"),
-    ("unset key variable", "1 configuration: key", "holds no key"),
-    ("quoted key", "1 configuration: key", "extra characters"),
-    ("dead port", "2 reachability: TCP", "nothing is listening"),
-    ("proxy", "2 reachability: TCP", "proxy"),
-])
+@pytest.mark.parametrize(
+    "setup,check,cause",
+    [
+        ("wrong key", "4 authentication", "rejected the key"),
+        ("unset key variable", "1 configuration: key", "holds no key"),
+        ("quoted key", "1 configuration: key", "extra characters"),
+        ("dead port", "2 reachability: TCP", "nothing is listening"),
+        ("proxy", "2 reachability: TCP", "proxy"),
+    ],
+)
 def test_doctor_names_the_real_cause(engine, monkeypatch, setup, check, cause):
     ep = endpoint_for(engine)
     env = {"wrong key": ("LABS_DOCTOR_WRONG", fake_key("wrong-")), "quoted key": ("LABS_DOCTOR_QUOTED", f'"{KEY}"')}
@@ -88,7 +89,13 @@ def test_doctor_names_the_real_cause(engine, monkeypatch, setup, check, cause):
     key = os.environ.get(ep.api_key_env or "", "") or "none"
     outcome = attempt(setup, lambda: chat(openai.OpenAI(base_url=ep.base_url, api_key=key, max_retries=0)))
     assert not outcome.ok
-    expected = {"wrong key": "auth", "unset key variable": "auth", "quoted key": "auth", "dead port": "connection_refused", "proxy": "proxy"}
+    expected = {
+        "wrong key": "auth",
+        "unset key variable": "auth",
+        "quoted key": "auth",
+        "dead port": "connection_refused",
+        "proxy": "proxy",
+    }
     assert outcome.diagnosis.code == expected[setup]
 
 
@@ -116,11 +123,17 @@ def test_diagnose_real_sdk_and_user_code_failures(engine):
     cases = {
         "context_exceeded": lambda: chat(c, messages=[{"role": "user", "content": "word " * 1200}]),
         "timeout": lambda: chat(client(engine, timeout=0.05), max_tokens=100),
-        "choices_missing": lambda: httpx.post(engine.base_url + "/chat/completions", headers={"Authorization": "Bearer sk-nope-000000"},
-                                              json={"messages": [{"role": "user", "content": "Hi"}]}).json()["choices"],
+        "choices_missing": lambda: httpx.post(
+            engine.base_url + "/chat/completions",
+            headers={"Authorization": "Bearer sk-nope-000000"},
+            json={"messages": [{"role": "user", "content": "Hi"}]},
+        ).json()["choices"],
         "choices_empty": lambda: [ch.choices[0] for ch in chat(c, stream=True, stream_options={"include_usage": True})],
-        "stream_as_json": lambda: httpx.post(engine.base_url + "/chat/completions", headers={"Authorization": f"Bearer {KEY}"},
-                                             json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "stream": True}).json(),
+        "stream_as_json": lambda: httpx.post(
+            engine.base_url + "/chat/completions",
+            headers={"Authorization": f"Bearer {KEY}"},
+            json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "stream": True},
+        ).json(),
     }
     for code, call in cases.items():
         outcome = attempt(code, call)
@@ -140,21 +153,43 @@ def test_diagnose_engine_start_failures():
 
 def test_doctor_cli_against_serve():
     env = {**os.environ, "LABS_DOCTOR_CLI_KEY": KEY}
-    serve = subprocess.Popen([sys.executable, "-m", "labs_lib", "serve", "--api-key-env", "LABS_DOCTOR_CLI_KEY", "--ctx", "1024"],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO, env=env)
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "labs_lib", "serve", "--api-key-env", "LABS_DOCTOR_CLI_KEY", "--ctx", "1024"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=REPO,
+        env=env,
+    )
     try:
         base = None
         deadline = time.monotonic() + 60
         while base is None and time.monotonic() < deadline:
             if m := re.match(r"OpenAI base URL:\s+(\S+)", serve.stdout.readline()):
                 base = m.group(1)
-        healthy = run_cli("doctor", "--base-url", base, "--api-key-env", "LABS_DOCTOR_CLI_KEY", "--model", "gemma-3-270m", "--json",
-                          env={"LABS_DOCTOR_CLI_KEY": KEY})
+        healthy = run_cli(
+            "doctor",
+            "--base-url",
+            base,
+            "--api-key-env",
+            "LABS_DOCTOR_CLI_KEY",
+            "--model",
+            "gemma-3-270m",
+            "--json",
+            env={"LABS_DOCTOR_CLI_KEY": KEY},
+        )
         assert healthy.returncode == 0, healthy.stdout
         out = json.loads(healthy.stdout)
         assert out["ok"] is True and {c["name"] for c in out["checks"]} >= {"4 authentication", "7 streaming"}
         assert set(out["checks"][0]) == {"name", "status", "evidence", "cause", "fix"}
-        broken = run_cli("doctor", "--base-url", base, "--api-key-env", "LABS_DOCTOR_CLI_WRONG", env={"LABS_DOCTOR_CLI_WRONG": fake_key("wrong-")})
+        broken = run_cli(
+            "doctor",
+            "--base-url",
+            base,
+            "--api-key-env",
+            "LABS_DOCTOR_CLI_WRONG",
+            env={"LABS_DOCTOR_CLI_WRONG": fake_key("wrong-")},
+        )
         assert broken.returncode == 1 and "4 authentication" in broken.stdout
         assert KEY not in healthy.stdout + broken.stdout
     finally:
@@ -162,8 +197,15 @@ def test_doctor_cli_against_serve():
         serve.wait(15)
 
 
-@pytest.mark.parametrize("args,needle", [([], "--endpoint"), (["--endpoint", "local"], "local"), (["--base-url", "not a url"], "not a url"),
-                                         (["--config", "/nonexistent/settings.json"], "settings.json")])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        ([], "--endpoint"),
+        (["--endpoint", "local"], "local"),
+        (["--base-url", "not a url"], "not a url"),
+        (["--config", "/nonexistent/settings.json"], "settings.json"),
+    ],
+)
 def test_doctor_bad_usage_exits_2(args, needle):
     assert_one_line_error(run_cli("doctor", *args), needle)
 
@@ -171,12 +213,15 @@ def test_doctor_bad_usage_exits_2(args, needle):
 # ---- client configuration files
 
 
-@pytest.mark.parametrize("name,failing", [
-    ("article_seed002_claude_settings.json", "format"),  # not Claude Code's format
-    ("auth.json", "format"),  # base_url in Codex's auth.json
-    ("article_seed002_client.json", "key"),  # placeholder key
-    ("article_seed003_provider.toml", "key"),
-])
+@pytest.mark.parametrize(
+    "name,failing",
+    [
+        ("article_seed002_claude_settings.json", "format"),  # not Claude Code's format
+        ("auth.json", "format"),  # base_url in Codex's auth.json
+        ("article_seed002_client.json", "key"),  # placeholder key
+        ("article_seed003_provider.toml", "key"),
+    ],
+)
 def test_article_configs_fail_the_three_piece_check(name, failing):
     report = check_config(DATA_DIR / "client_configs" / name)
     assert not report.ok and first_failure(report).name == failing
@@ -192,8 +237,17 @@ def test_documented_configs_pass(monkeypatch):
 
 def test_oauth_api_key_conflicts(tmp_path):
     claude = tmp_path / "settings.json"
-    claude.write_text(json.dumps({"env": {"ANTHROPIC_BASE_URL": "https://gw.example.com", "ANTHROPIC_AUTH_TOKEN": "tok-aaaaaaaaaaaa",
-                                          "ANTHROPIC_API_KEY": "key-bbbbbbbbbbbb"}}))
+    claude.write_text(
+        json.dumps(
+            {
+                "env": {
+                    "ANTHROPIC_BASE_URL": "https://gw.example.com",
+                    "ANTHROPIC_AUTH_TOKEN": "tok-aaaaaaaaaaaa",
+                    "ANTHROPIC_API_KEY": "key-bbbbbbbbbbbb",
+                }
+            }
+        )
+    )
     conflict = next(c for c in check_config(claude).checks if c.name == "OAuth/API-key conflict")
     assert conflict.status == "warn" and "both" in conflict.evidence
     codex = tmp_path / "auth.json"
@@ -201,7 +255,9 @@ def test_oauth_api_key_conflicts(tmp_path):
     conflict = next(c for c in check_config(codex).checks if c.name == "OAuth/API-key conflict")
     assert conflict.status == "warn" and "preferred_auth_method" in conflict.cause
     bad_wire = tmp_path / "config.toml"
-    bad_wire.write_text('model = "m"\nmodel_provider = "p"\n[model_providers.p]\nbase_url = "https://x.example.com/v1"\nenv_key = "X"\nwire_api = "chat"\n')
+    bad_wire.write_text(
+        'model = "m"\nmodel_provider = "p"\n[model_providers.p]\nbase_url = "https://x.example.com/v1"\nenv_key = "X"\nwire_api = "chat"\n'
+    )
     assert any(c.name == "wire_api" and c.status == "warn" for c in check_config(bad_wire).checks)
 
 

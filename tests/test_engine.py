@@ -12,11 +12,11 @@ import httpx
 import pytest
 from conftest import REPO, fake_key
 
-from labs_lib.engine import EngineConfig, port_is_free
+from labs_lib.engines import EngineConfig, port_is_free
+from labs_lib.engines.llamacpp import LlamaCppEngine, first_error, parse_allocation
+from labs_lib.engines.model_files import default_model_path
 from labs_lib.errors import BadInput, EngineError
 from labs_lib.kv_math import llamacpp_layout
-from labs_lib.llamacpp_engine import LlamaCppEngine, first_error, parse_allocation
-from labs_lib.model_files import default_model_path
 from labs_lib.models import load_model
 
 pytestmark = pytest.mark.engine
@@ -68,12 +68,12 @@ def test_quantized_v_without_flash_attention_fails_fast_with_the_engines_words()
 
 
 def test_context_too_large_for_the_memory_limit_fails_with_allocation_error():
-    with pytest.raises(EngineError, match="insufficient memory|failed to allocate"):
+    with pytest.raises(EngineError, match=r"insufficient memory|failed to allocate"):
         LlamaCppEngine(EngineConfig(ctx=2_000_000, memory_limit_mib=2048)).start()
 
 
 def test_bad_config_is_refused_before_launch(tmp_path):
-    with pytest.raises(BadInput, match="existing .gguf"):
+    with pytest.raises(BadInput, match=r"existing \.gguf"):
         LlamaCppEngine(EngineConfig(model=str(tmp_path / "missing.gguf")))
     with pytest.raises(BadInput, match="q8_0"):
         LlamaCppEngine(EngineConfig(kv_cache_dtype="fp7"))
@@ -89,9 +89,17 @@ def test_interrupted_stream_still_lets_the_engine_stop_within_seconds():
 
     def stream():
         try:
-            with httpx.stream("POST", e.base_url + "/chat/completions", timeout=60,
-                              json={"model": e.model_id, "messages": [{"role": "user", "content": "Tell a long story"}],
-                                    "max_tokens": 2000, "stream": True}) as r:
+            with httpx.stream(
+                "POST",
+                e.base_url + "/chat/completions",
+                timeout=60,
+                json={
+                    "model": e.model_id,
+                    "messages": [{"role": "user", "content": "Tell a long story"}],
+                    "max_tokens": 2000,
+                    "stream": True,
+                },
+            ) as r:
                 for line in r.iter_lines():
                     lines.append(line)
         except httpx.HTTPError as exc:
@@ -112,8 +120,10 @@ def test_interrupted_stream_still_lets_the_engine_stop_within_seconds():
 
 
 def test_child_exits_when_its_parent_is_killed():
-    code = ("import sys; from labs_lib.llamacpp_engine import LlamaCppEngine; e = LlamaCppEngine().start(); "
-            "print(e.pid, e.port, flush=True); import time; time.sleep(120)")
+    code = (
+        "import sys; from labs_lib.engines.llamacpp import LlamaCppEngine; e = LlamaCppEngine().start(); "
+        "print(e.pid, e.port, flush=True); import time; time.sleep(120)"
+    )
     parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=REPO)
     try:
         child, port = map(int, parent.stdout.readline().split())
@@ -139,7 +149,9 @@ MATRIX = [  # ctx, parallel, ubatch, K/V type, swa_full, kv_unified
 
 @pytest.mark.parametrize("ctx,parallel,ubatch,kv,swa_full,unified", MATRIX)
 def test_engine_layout_math_equals_the_logged_kv_sizes(ctx, parallel, ubatch, kv, swa_full, unified):
-    config = EngineConfig(ctx=ctx, parallel=parallel, ubatch_tokens=ubatch, kv_cache_dtype=kv, swa_full=swa_full, kv_unified=unified)
+    config = EngineConfig(
+        ctx=ctx, parallel=parallel, ubatch_tokens=ubatch, kv_cache_dtype=kv, swa_full=swa_full, kv_unified=unified
+    )
     with LlamaCppEngine(config) as e:
         logged = e.allocation
     spec = load_model(str(default_model_path()))
@@ -156,8 +168,20 @@ def test_engine_layout_math_equals_the_logged_kv_sizes(ctx, parallel, ubatch, kv
 def test_cli_kv_engine_mode_agrees_with_a_running_engine():
     from conftest import run_cli
 
-    out = run_cli("kv", "--model", str(default_model_path()), "--engine", "llamacpp", "--ctx", "8192",
-                  "--parallel", "2", "--kv-dtype", "q8_0", "--json")
+    out = run_cli(
+        "kv",
+        "--model",
+        str(default_model_path()),
+        "--engine",
+        "llamacpp",
+        "--ctx",
+        "8192",
+        "--parallel",
+        "2",
+        "--kv-dtype",
+        "q8_0",
+        "--json",
+    )
     import json
 
     layout = json.loads(out.stdout)
@@ -167,7 +191,9 @@ def test_cli_kv_engine_mode_agrees_with_a_running_engine():
 
 
 def test_chat_template_is_gemmas(engine):
-    prompt = httpx.post(engine.root_url + "/apply-template", json={"messages": [{"role": "user", "content": "Hi"}]}).json()["prompt"]
+    prompt = httpx.post(engine.root_url + "/apply-template", json={"messages": [{"role": "user", "content": "Hi"}]}).json()[
+        "prompt"
+    ]
     assert prompt == "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n"
 
 
@@ -183,7 +209,9 @@ def test_prompt_cache_off_recomputes_every_prompt():
             timings = httpx.post(e.base_url + "/chat/completions", json=body, timeout=60).json()["timings"]
             assert timings["cache_n"] == 0
     with LlamaCppEngine(EngineConfig(prompt_cache=True)) as e:
-        cached = [httpx.post(e.base_url + "/chat/completions", json=body, timeout=60).json()["timings"]["cache_n"] for _ in range(2)]
+        cached = [
+            httpx.post(e.base_url + "/chat/completions", json=body, timeout=60).json()["timings"]["cache_n"] for _ in range(2)
+        ]
         assert cached[0] == 0 and cached[1] > 50
 
 
@@ -199,18 +227,28 @@ def test_api_key_is_enforced_and_never_logged(monkeypatch):
 
 
 def test_log_parsers_on_their_own():
-    text = ("0.02.335.232 E llama_init_from_model: quantized V cache requires flash_attn to be enabled\n"
-            "0.02.335.245 E cmn  common_init_: failed to create context\n")
+    text = (
+        "0.02.335.232 E llama_init_from_model: quantized V cache requires flash_attn to be enabled\n"
+        "0.02.335.245 E cmn  common_init_: failed to create context\n"
+    )
     assert first_error(text) == "llama_init_from_model: quantized V cache requires flash_attn to be enabled"
-    alloc = parse_allocation("0.1 I llama_kv_cache_iswa: creating     SWA KV cache, size = 1024 cells\n"
-                             "0.2 I llama_kv_cache: size =   30.00 MiB (  1024 cells,  15 layers,  2/2 seqs), "
-                             "K (f16):   15.00 MiB, V (f16):   15.00 MiB\n")
+    alloc = parse_allocation(
+        "0.1 I llama_kv_cache_iswa: creating     SWA KV cache, size = 1024 cells\n"
+        "0.2 I llama_kv_cache: size =   30.00 MiB (  1024 cells,  15 layers,  2/2 seqs), "
+        "K (f16):   15.00 MiB, V (f16):   15.00 MiB\n"
+    )
     assert alloc.caches[0].kind == "swa" and alloc.caches[0].cells == 1024 and alloc.kv_mib == 30.0
 
 
 def _serve(*args: str, env: dict | None = None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "labs_lib", "serve", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, cwd=REPO, env={**os.environ, **(env or {})})
+    return subprocess.Popen(
+        [sys.executable, "-m", "labs_lib", "serve", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def _read_until(proc: subprocess.Popen, marker: str, timeout_s: float = 60) -> list[str]:
@@ -237,8 +275,13 @@ def test_serve_answers_the_openai_sdk_with_streaming_and_usage():
         base_url = next(ln.split(": ", 1)[1].strip() for ln in lines if ln.startswith("OpenAI base URL"))
         assert f"sk-…{key[-4:]}" in text and key not in text and "KV cache: 42.00 MiB" in text
         client = OpenAI(base_url=base_url, api_key=key, max_retries=0)
-        stream = client.chat.completions.create(model="gemma-3-270m", messages=[{"role": "user", "content": "Hello"}],
-                                                max_tokens=6, stream=True, stream_options={"include_usage": True})
+        stream = client.chat.completions.create(
+            model="gemma-3-270m",
+            messages=[{"role": "user", "content": "Hello"}],
+            max_tokens=6,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
         chunks = list(stream)
         assert chunks[0].choices[0].delta.role == "assistant"
         assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 6
@@ -301,18 +344,25 @@ def _launchers() -> set[int]:
     return found
 
 
-@pytest.mark.parametrize("last_cell,expect", [
-    ("print('done; engine left running on purpose')", "ok"),  # kernel shutdown at the end
-    ("raise ValueError('a failed run')", "failed"),  # a failed run
-    ("import time; time.sleep(600)", "failed"),  # a cell interrupted by the cell timeout
-])
+@pytest.mark.parametrize(
+    "last_cell,expect",
+    [
+        ("print('done; engine left running on purpose')", "ok"),  # kernel shutdown at the end
+        ("raise ValueError('a failed run')", "failed"),  # a failed run
+        ("import time; time.sleep(600)", "failed"),  # a cell interrupted by the cell timeout
+    ],
+)
 def test_no_engine_outlives_a_notebook_run(tmp_path, monkeypatch, last_cell, expect):
     from labs_lib import runner
 
     monkeypatch.setattr(runner, "CELL_TIMEOUT_S", 20)
     before = _launchers()
     nb = tmp_path / "99_engine_lifecycle.ipynb"
-    _notebook(nb, "from labs_lib.llamacpp_engine import LlamaCppEngine\nengine = LlamaCppEngine().start()\nprint(engine.pid)", last_cell)
+    _notebook(
+        nb,
+        "from labs_lib.engines.llamacpp import LlamaCppEngine\nengine = LlamaCppEngine().start()\nprint(engine.pid)",
+        last_cell,
+    )
     result = runner.run_series([nb], out_dir=tmp_path / "out", progress=False)[0]
     assert result.status == expect
     deadline = time.monotonic() + 10

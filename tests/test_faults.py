@@ -16,8 +16,8 @@ import pytest
 from fault_proxy import FaultProxy
 
 from labs_lib.endpoints import Endpoint, endpoint_for
-from labs_lib.engine import EngineConfig
-from labs_lib.llamacpp_engine import LlamaCppEngine
+from labs_lib.engines import EngineConfig
+from labs_lib.engines.llamacpp import LlamaCppEngine
 from labs_lib.load import run_blocking, run_load
 from labs_lib.timing import RequestSpec
 
@@ -32,9 +32,9 @@ def accounted(result, n: int) -> None:
     """Every request has a record; the summary's counts are the records' counts; failures have reasons."""
     assert len(result.records) == n
     failed = [r for r in result.records if not r.ok]
-    assert result.summary["failed"] == len(failed) and result.summary["completed"] == n - len(failed)
+    assert result.summary.failed == len(failed) and result.summary.completed == n - len(failed)
     assert all(r.error and r.error.strip() for r in failed)
-    assert sum(result.summary["errors"].values()) == len(failed)
+    assert sum(result.summary.errors.values()) == len(failed)
 
 
 def test_engine_killed_mid_stream():
@@ -64,7 +64,7 @@ def test_connection_cut_before_the_usage_chunk():
         endpoint = Endpoint("proxied", proxy.base_url, engine.model_id)
         result = run_blocking(run_load(endpoint, specs(4, 12), concurrency=2, progress=False, timeout_s=30))
     accounted(result, 4)
-    assert proxy.cuts == 4 and result.summary["failed"] == 4
+    assert proxy.cuts == 4 and result.summary.failed == 4
     for r in result.records:
         assert r.chunks > 0 and r.output_tokens == r.chunks and r.tokens_estimated
         assert "RemoteProtocolError" in r.error or "before the usage chunk" in r.error
@@ -89,7 +89,7 @@ def test_server_that_stalls_past_the_timeout():
             os.killpg(engine.proc.pid, signal.SIGCONT)
         elapsed = time.monotonic() - started
     accounted(result, 2)
-    assert result.summary["failed"] == 2 and all("ReadTimeout" in r.error for r in result.records)
+    assert result.summary.failed == 2 and all("ReadTimeout" in r.error for r in result.records)
     assert elapsed < 15  # the timeout, not the stall, decided how long the run took
 
 
@@ -102,9 +102,9 @@ def test_gateway_5xx_becomes_records_and_the_run_goes_on():
         after = run_blocking(run_load(endpoint, specs(3, 4), concurrency=1, progress=False))
     accounted(before, 2)
     accounted(after, 3)
-    assert before.summary["failed"] == 0
-    assert after.summary["failed"] == 3 and all(r.error.startswith("HTTP 502") and "Bad Gateway" in r.error for r in after.records)
-    assert after.summary["errors"] == {after.records[0].error: 3}
+    assert before.summary.failed == 0
+    assert after.summary.failed == 3 and all(r.error.startswith("HTTP 502") and "Bad Gateway" in r.error for r in after.records)
+    assert after.summary.errors == {after.records[0].error: 3}
 
 
 def test_64_concurrent_streams_against_4_slots():
@@ -116,7 +116,7 @@ def test_64_concurrent_streams_against_4_slots():
         tracemalloc.stop()
         assert engine.is_running()
     accounted(result, 64)
-    assert result.summary["completed"] == 64, result.summary["errors"]
+    assert result.summary.completed == 64, result.summary.errors
     assert all(r.output_tokens == 8 for r in result.records)
     assert peak_bytes < 64 * 2**20, f"client peak {peak_bytes / 2**20:.1f} MiB for 64 streams"
 
@@ -126,8 +126,11 @@ def test_64_concurrent_streams_against_4_slots():
 def test_many_more_streams_than_slots(streams):
     with LlamaCppEngine(EngineConfig(ctx=4 * 160, parallel=4)) as engine:
         tracemalloc.start()
-        result = run_blocking(run_load(endpoint_for(engine), specs(streams, 8, "Name a colour."), concurrency=streams,
-                                       progress=False, timeout_s=300))
+        result = run_blocking(
+            run_load(
+                endpoint_for(engine), specs(streams, 8, "Name a colour."), concurrency=streams, progress=False, timeout_s=300
+            )
+        )
         _, peak_bytes = tracemalloc.get_traced_memory()
         tracemalloc.stop()
     accounted(result, streams)

@@ -10,10 +10,10 @@ import pytest
 from conftest import REPO, assert_one_line_error, fake_key, run_cli
 
 from labs_lib.endpoints import Endpoint, endpoint_for, resolve
-from labs_lib.engine import EngineConfig
-from labs_lib.engine_metrics import delta, scrape, token_counts
+from labs_lib.engines import EngineConfig
+from labs_lib.engines.llamacpp import LlamaCppEngine
+from labs_lib.engines.metrics import delta, scrape, token_counts
 from labs_lib.errors import BadInput
-from labs_lib.llamacpp_engine import LlamaCppEngine
 from labs_lib.load import run_blocking, run_load
 from labs_lib.prompts import PromptFactory, engine_tokenizer
 from labs_lib.timing import RequestSpec, measure
@@ -31,7 +31,11 @@ def test_prompts_have_the_requested_token_length(engine):
     factory = PromptFactory(engine_tokenizer(engine.root_url), seed=3)
     for n in (16, 100):
         prompt = factory.prompt(n)
-        ids = __import__("httpx").post(engine.root_url + "/tokenize", json={"content": prompt, "add_special": False}).json()["tokens"]
+        ids = (
+            __import__("httpx")
+            .post(engine.root_url + "/tokenize", json={"content": prompt, "add_special": False})
+            .json()["tokens"]
+        )
         assert abs(len(ids) - n) <= 2  # the cut text re-tokenizes to within a token or two of n
     a, b = factory.prompts(2, 50)
     assert a != b
@@ -62,7 +66,7 @@ def test_open_loop_rate_is_poisson_and_seeded(engine):
     specs = [RequestSpec(f"Count {i}", 2) for i in range(12)]
     result = run_blocking(run_load(ep, specs, rate=8.0, seed=7, progress=False))
     sent = sorted(r.sent_s for r in result.records)
-    assert result.summary["completed"] == 12 and result.summary["request_rate"] == 8.0
+    assert result.summary.completed == 12 and result.row()["request_rate"] == 8.0
     assert 0.5 < sent[-1] < 4.0  # 11 gaps of mean 1/8 s
 
 
@@ -86,8 +90,13 @@ def test_saved_results_hold_no_key(tmp_path, monkeypatch):
 
 
 def test_bench_cli_against_a_running_serve(tmp_path):
-    serve = subprocess.Popen([sys.executable, "-m", "labs_lib", "serve", "--parallel", "2"], stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True, cwd=REPO)
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "labs_lib", "serve", "--parallel", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=REPO,
+    )
     try:
         base = None
         deadline = time.monotonic() + 60
@@ -97,8 +106,22 @@ def test_bench_cli_against_a_running_serve(tmp_path):
                 base = m.group(1)
         assert base
         out_file = tmp_path / "bench.json"
-        proc = run_cli("bench", "--base-url", base, "--concurrency", "1,2", "--requests", "4", "--prompt-tokens", "32",
-                       "--max-tokens", "8", "--out", str(out_file), "--json")
+        proc = run_cli(
+            "bench",
+            "--base-url",
+            base,
+            "--concurrency",
+            "1,2",
+            "--requests",
+            "4",
+            "--prompt-tokens",
+            "32",
+            "--max-tokens",
+            "8",
+            "--out",
+            str(out_file),
+            "--json",
+        )
         assert proc.returncode == 0, proc.stderr
         out = json.loads(proc.stdout)
         assert [r["concurrency"] for r in out["results"]] == [1, 2]
@@ -117,21 +140,35 @@ def test_bench_wrong_key_fails_every_request_and_exits_1(monkeypatch):
     monkeypatch.setenv("LABS_BENCH_SERVER_KEY", fake_key("right-key-"))
     wrong = fake_key("wrong-key-")
     with LlamaCppEngine(EngineConfig(api_key_env="LABS_BENCH_SERVER_KEY")) as e:
-        proc = run_cli("bench", "--base-url", e.base_url, "--model", e.model_id, "--api-key-env", "WRONG_KEY", "--requests", "2",
-                       "--json", env={"WRONG_KEY": wrong})
+        proc = run_cli(
+            "bench",
+            "--base-url",
+            e.base_url,
+            "--model",
+            e.model_id,
+            "--api-key-env",
+            "WRONG_KEY",
+            "--requests",
+            "2",
+            "--json",
+            env={"WRONG_KEY": wrong},
+        )
     assert proc.returncode == 1 and "401" in proc.stderr
     assert wrong not in proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize("args,needles", [
-    (["bench", "--endpoint", "nowhere"], ["nowhere", "taotoken"]),
-    (["bench", "--base-url", "localhost:8000/v1"], ["localhost:8000/v1", "http"]),
-    (["bench", "--base-url", "http://127.0.0.1:1/v1", "--api-key-env", "NOT_SET_VAR_XYZ"], ["NOT_SET_VAR_XYZ"]),
-    (["bench", "--endpoint", "taotoken"], ["TAOTOKEN_API_KEY"]),
-    (["bench", "--endpoint", "local", "--concurrency", "0"], ["--concurrency"]),
-    (["bench", "--endpoint", "local", "--requests", "many"], ["many"]),
-    (["bench"], ["--endpoint"]),
-])
+@pytest.mark.parametrize(
+    "args,needles",
+    [
+        (["bench", "--endpoint", "nowhere"], ["nowhere", "taotoken"]),
+        (["bench", "--base-url", "localhost:8000/v1"], ["localhost:8000/v1", "http"]),
+        (["bench", "--base-url", "http://127.0.0.1:1/v1", "--api-key-env", "NOT_SET_VAR_XYZ"], ["NOT_SET_VAR_XYZ"]),
+        (["bench", "--endpoint", "taotoken"], ["TAOTOKEN_API_KEY"]),
+        (["bench", "--endpoint", "local", "--concurrency", "0"], ["--concurrency"]),
+        (["bench", "--endpoint", "local", "--requests", "many"], ["many"]),
+        (["bench"], ["--endpoint"]),
+    ],
+)
 def test_bench_bad_input(args, needles):
     env = {"TAOTOKEN_API_KEY": ""} if "taotoken" in args else None
     assert_one_line_error(run_cli(*args, env=env), *needles)

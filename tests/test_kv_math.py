@@ -30,8 +30,11 @@ def test_every_catalogue_model_matches_the_reference_bytes_per_token(hf_id):
 
 
 def test_reference_file_and_catalogue_agree():
-    ref = json.loads((REPO_DIR.parent / "shared" / "reference" / "model-configs.json").read_text()) \
-        if (REPO_DIR.parent / "shared").exists() else None
+    ref = (
+        json.loads((REPO_DIR.parent / "shared" / "reference" / "model-configs.json").read_text())
+        if (REPO_DIR.parent / "shared").exists()
+        else None
+    )
     if ref is None:
         pytest.skip("../shared is not beside this checkout")
     by_id = {m["hf_id"]: m for m in ref}
@@ -64,8 +67,10 @@ def test_sliding_window_layers_stop_growing_past_the_window():
     assert kv_cache(mistral, 8192, 1, "bf16").kv_bytes == kv_cache(mistral, 4096, 1, "bf16").kv_bytes
 
 
-@pytest.mark.parametrize("name,bits", [("fp32", 32), ("fp16", 16), ("bf16", 16), ("fp8", 8), ("int8", 8), ("int4", 4),
-                                       ("q8_0", 8.5), ("q4_0", 4.5), ("q5_1", 6)])
+@pytest.mark.parametrize(
+    "name,bits",
+    [("fp32", 32), ("fp16", 16), ("bf16", 16), ("fp8", 8), ("int8", 8), ("int4", 4), ("q8_0", 8.5), ("q4_0", 4.5), ("q5_1", 6)],
+)
 def test_dtype_bits_include_block_scales(name, bits):
     assert kv_math.dtype(name).bits_per_value == bits
 
@@ -125,8 +130,18 @@ def test_weight_bytes():
     assert weight_bytes("llama-2-7b", "q8_0") == -(-6_738_415_616 // 32) * 34
 
 
-@pytest.mark.parametrize("bad", [dict(seq_len=0), dict(seq_len=-5), dict(seq_len="abc"), dict(batch=0),
-                                 dict(kv_dtype="fp7"), dict(block_size=0), dict(seq_len=100, max_len=10)])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(seq_len=0),
+        dict(seq_len=-5),
+        dict(seq_len="abc"),
+        dict(batch=0),
+        dict(kv_dtype="fp7"),
+        dict(block_size=0),
+        dict(seq_len=100, max_len=10),
+    ],
+)
 def test_bad_input_names_the_value(bad):
     args = {"model": "llama-2-7b", "seq_len": 1024, **bad}
     with pytest.raises(BadInput) as info:
@@ -137,10 +152,13 @@ def test_bad_input_names_the_value(bad):
 # ---- capacity planner against published vLLM logs
 
 
-@pytest.mark.parametrize("available_gib,max_len,logged_blocks,logged_concurrency", [
-    (3.81, 20000, 1952, 1.56),  # vllm#10517: Llama-3.1-8B on an RTX 3090, gpu_memory_utilization 0.9
-    (2.89, 29000, 1478, 0.82),  # same issue, max_model_len 29000 (refuses to start: below 1x)
-])
+@pytest.mark.parametrize(
+    "available_gib,max_len,logged_blocks,logged_concurrency",
+    [
+        (3.81, 20000, 1952, 1.56),  # vllm#10517: Llama-3.1-8B on an RTX 3090, gpu_memory_utilization 0.9
+        (2.89, 29000, 1478, 0.82),  # same issue, max_model_len 29000 (refuses to start: below 1x)
+    ],
+)
 def test_capacity_reproduces_vllm_logs(available_gib, max_len, logged_blocks, logged_concurrency):
     plan = plan_capacity("llama-3.1-8b", max_len, kv_dtype="bf16", available_kv_gib=available_gib)
     page_all_layers = 16 * 131072
@@ -160,8 +178,9 @@ def test_vllm_pr13596_token_count_and_concurrency():
 
 
 def test_capacity_from_gpu_subtracts_weights_and_overhead():
-    plan = plan_capacity("llama-2-7b", 2048, kv_dtype="fp16", gpu_memory_gib=24, weight_gib=14, overhead_gib=2,
-                         gpu_memory_utilization=0.9)
+    plan = plan_capacity(
+        "llama-2-7b", 2048, kv_dtype="fp16", gpu_memory_gib=24, weight_gib=14, overhead_gib=2, gpu_memory_utilization=0.9
+    )
     assert plan.available_kv_bytes == math.ceil(24 * GIB * 0.9) - 14 * GIB - 2 * GIB
     assert plan.num_blocks == plan.available_kv_bytes // (16 * 524288)
     assert plan.kv_cache_tokens == plan.num_blocks * 16

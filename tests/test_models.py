@@ -28,13 +28,16 @@ def test_unknown_model_is_one_line_naming_it():
         load_model("gpt-9")
 
 
-@pytest.mark.parametrize("name,catalogue_id", [
-    ("llama-2-7b.json", "meta-llama/Llama-2-7b-hf"),
-    ("qwen2.5-0.5b.json", "Qwen/Qwen2.5-0.5B"),
-    ("qwen2.5-32b.json", "Qwen/Qwen2.5-32B"),
-    ("mixtral-8x7b.json", "mistralai/Mixtral-8x7B-v0.1"),
-    ("mistral-7b.json", "mistralai/Mistral-7B-v0.1"),
-])
+@pytest.mark.parametrize(
+    "name,catalogue_id",
+    [
+        ("llama-2-7b.json", "meta-llama/Llama-2-7b-hf"),
+        ("qwen2.5-0.5b.json", "Qwen/Qwen2.5-0.5B"),
+        ("qwen2.5-32b.json", "Qwen/Qwen2.5-32B"),
+        ("mixtral-8x7b.json", "mistralai/Mixtral-8x7B-v0.1"),
+        ("mistral-7b.json", "mistralai/Mistral-7B-v0.1"),
+    ],
+)
 def test_hf_config_params_equal_the_published_exact_counts(name, catalogue_id):
     spec = from_hf_config(CONFIGS / name)
     assert spec.params == catalogue()[catalogue_id]["params"]
@@ -75,7 +78,9 @@ def test_estimate_params_tied_embeddings_count_once():
     assert estimate_params(untied) - estimate_params(cfg) == cfg["vocab_size"] * cfg["hidden_size"]
 
 
-@pytest.mark.parametrize("content,needle", [("{not json", "not readable"), ('{"hidden_size": 4}', "lacks"), ("[1, 2]", "JSON object")])
+@pytest.mark.parametrize(
+    "content,needle", [("{not json", "not readable"), ('{"hidden_size": 4}', "lacks"), ("[1, 2]", "JSON object")]
+)
 def test_bad_config_files(tmp_path, content, needle):
     path = tmp_path / "config.json"
     path.write_text(content)
@@ -101,18 +106,26 @@ def test_modelspec_validates():
 
 
 def test_gguf_metadata_of_the_shipped_model():
-    from labs_lib.model_files import default_model_path
+    from labs_lib.engines.model_files import default_model_path
 
     spec = load_model(str(default_model_path()))
     ref = load_model("gemma-3-270m")
-    for field in ("num_layers", "num_q_heads", "num_kv_heads", "head_dim", "hidden_size", "vocab_size",
-                  "sliding_window", "sliding_layers"):
+    for field in (
+        "num_layers",
+        "num_q_heads",
+        "num_kv_heads",
+        "head_dim",
+        "hidden_size",
+        "vocab_size",
+        "sliding_window",
+        "sliding_layers",
+    ):
         assert getattr(spec, field) == getattr(ref, field), field
     assert spec.params == 268_098_176  # what llama.cpp reports for this file
 
 
 def test_truncated_and_corrupt_gguf(tmp_path):
-    from labs_lib.model_files import default_model_path
+    from labs_lib.engines.model_files import default_model_path
 
     head = default_model_path().read_bytes()[:5000]
     truncated = tmp_path / "truncated.gguf"

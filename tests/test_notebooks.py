@@ -11,8 +11,8 @@ import pytest
 from conftest import files_changed_since, find_leaks, make_canaries, notebook_outputs_and_metadata
 
 from labs_lib import runner
-from labs_lib.engine import EngineConfig
-from labs_lib.llamacpp_engine import LlamaCppEngine
+from labs_lib.engines import EngineConfig
+from labs_lib.engines.llamacpp import LlamaCppEngine
 from labs_lib.paths import cache_dir
 
 

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from conftest import REPO, TAG_VARIABLE, engine_pids, listening_ports, tagged_pids, wait_until_gone
 
-from labs_lib.engine import free_port, port_is_free
+from labs_lib.engines import free_port, port_is_free
 
 SIGNALS = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM, "SIGKILL": signal.SIGKILL}
 GONE_WITHIN_S = 20.0  # a SIGKILLed parent is noticed by the engine's watch thread within seconds
@@ -27,8 +27,9 @@ GONE_WITHIN_S = 20.0  # a SIGKILLed parent is noticed by the engine's watch thre
 
 def launch(args: list[str], tag: str) -> subprocess.Popen:
     env = {**os.environ, TAG_VARIABLE: tag, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "labs_lib", *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "labs_lib", *args], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
 
 
 def wait_for(condition, timeout_s: float, what: str):
@@ -43,9 +44,15 @@ def wait_for(condition, timeout_s: float, what: str):
 
 def stream_in_background(base_url: str, first_token: threading.Event) -> threading.Thread:
     """A long streamed request that sets first_token when text arrives and ends however the server ends."""
+
     def run():
-        body = {"model": "gemma-3-270m", "messages": [{"role": "user", "content": "Count to a thousand."}], "max_tokens": 2000,
-                "ignore_eos": True, "stream": True}
+        body = {
+            "model": "gemma-3-270m",
+            "messages": [{"role": "user", "content": "Count to a thousand."}],
+            "max_tokens": 2000,
+            "ignore_eos": True,
+            "stream": True,
+        }
         try:
             with httpx.stream("POST", base_url + "/chat/completions", json=body, timeout=60) as resp:
                 for line in resp.iter_lines():
@@ -99,8 +106,10 @@ def _healthy(port: int) -> bool:
 
 def sweep_then_signal(sig: signal.Signals, tmp_path: Path, tag: str, delay_s: float = 2.0) -> None:
     grid = tmp_path / "grid.yaml"
-    grid.write_text("name: orphan\nengine: llamacpp\nbase: {ctx: 1024}\naxes: {parallel: [1, 2]}\n"
-                    "workloads: [{name: long, concurrency: [1], requests: 4, prompt_tokens: 16, max_tokens: 128}]\n")
+    grid.write_text(
+        "name: orphan\nengine: llamacpp\nbase: {ctx: 1024}\naxes: {parallel: [1, 2]}\n"
+        "workloads: [{name: long, concurrency: [1], requests: 4, prompt_tokens: 16, max_tokens: 128}]\n"
+    )
     proc = launch(["sweep", "--grid", str(grid), "--out", str(tmp_path / "rows.jsonl")], tag)
     pids = wait_for(lambda: engine_pids(tag), 90, "the sweep's engine")
     ports = wait_for(lambda: listening_ports(pids), 60, "the engine's port")

@@ -25,7 +25,9 @@ def test_gpu_requirements_build_on_cpu_requirements():
 
 
 def test_ci_runs_make_test_and_nothing_else():
-    commands = [ln.strip() for ln in (REPO / ".ci" / "run").read_text().splitlines() if ln.strip() and not ln.strip().startswith("#")]
+    commands = [
+        ln.strip() for ln in (REPO / ".ci" / "run").read_text().splitlines() if ln.strip() and not ln.strip().startswith("#")
+    ]
     assert commands[-1] == "make test"
     assert all(c.startswith(("set ", "cd ")) for c in commands[:-1]), commands
 
@@ -58,7 +60,9 @@ def test_ruff_clean():
 
 
 def test_package_imports_without_optional_gpu_stack():
-    proc = subprocess.run([sys.executable, "-c", "import labs_lib.cli, labs_lib.kv_math, labs_lib.runner"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", "import labs_lib.cli, labs_lib.kv_math, labs_lib.runner"], capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stderr
 
 
@@ -66,9 +70,22 @@ def test_reliability_table_is_true():
     """docs/reliability.md: every test it names exists, and each row's Times is the number of cases
     those tests hold."""
     text = (REPO / "docs" / "reliability.md").read_text()
-    collected = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                                *sorted({m.split("::")[0] for m in re.findall(r"tests/\w+\.py::\w+", text)})],
-                               capture_output=True, text=True, cwd=REPO, timeout=120).stdout
+    collected = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            *sorted({m.split("::")[0] for m in re.findall(r"tests/\w+\.py::\w+", text)}),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    ).stdout
     counts = Counter(line.split("[")[0] for line in collected.splitlines() if "::" in line)
     rows = [line for line in text.splitlines() if re.match(r"\| \d+ \|", line)]
     assert len(rows) >= 10
@@ -78,4 +95,174 @@ def test_reliability_table_is_true():
         assert names, row
         for name in names:
             assert counts[name] > 0, f"{name} is named in docs/reliability.md but no such test is collected"
-        assert int(cells[2]) == sum(counts[n] for n in names), f"row {cells[0]}: Times {cells[2]} != {sum(counts[n] for n in names)}"
+        assert int(cells[2]) == sum(counts[n] for n in names), (
+            f"row {cells[0]}: Times {cells[2]} != {sum(counts[n] for n in names)}"
+        )
+
+
+# ---------------------------------------------------------------- layout (docs/architecture.md)
+
+ARCH = (REPO / "docs" / "architecture.md").read_text()
+
+
+def _module_name(path) -> str:
+    rel = path.relative_to(REPO).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _imports(path, *, top_level_only: bool) -> set[str]:
+    """labs_lib modules imported by the file at `path` (relative imports resolved)."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    package = _module_name(path) if path.name == "__init__.py" else _module_name(path).rpartition(".")[0]
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    found = set()
+    for node in nodes:
+        if isinstance(node, ast.ImportFrom):
+            base = package
+            for _ in range(node.level - 1):
+                base = base.rpartition(".")[0]
+            target = (f"{base}.{node.module}" if node.module else base) if node.level else (node.module or "")
+            if target.startswith("labs_lib"):
+                found.add(target)
+                found.update(f"{target}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("labs_lib"))
+    modules = {_module_name(p) for p in (REPO / "labs_lib").rglob("*.py")}
+    return {m for m in found if m in modules} - {_module_name(path)}
+
+
+def _layers() -> dict[str, int]:
+    layers = {}
+    for line in ARCH.splitlines():
+        m = re.match(r"\| (\d) \w+", line)
+        if m:
+            for name in re.findall(r"`(labs_lib[\w.]*)`", line):
+                layers[name] = int(m.group(1))
+    return layers
+
+
+def _layer_of(module: str, layers: dict[str, int]) -> int | None:
+    while module:
+        if module in layers:
+            return layers[module]
+        module = module.rpartition(".")[0]
+    return None
+
+
+def test_architecture_page_names_real_modules_and_every_module():
+    import importlib
+
+    named = set(re.findall(r"`(labs_lib(?:\.\w+)*)`", ARCH))
+    for name in sorted(named):
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError:  # a name inside a module: labs_lib.cli.COMMANDS
+            module, _, attr = name.rpartition(".")
+            assert hasattr(importlib.import_module(module), attr), name
+    files = {_module_name(p) for p in (REPO / "labs_lib").rglob("*.py") if p.name not in ("__init__.py", "__main__.py")}
+    assert files <= named, f"modules missing from docs/architecture.md: {sorted(files - named)}"
+
+
+def test_imports_follow_the_layers():
+    layers = _layers()
+    assert len(set(layers.values())) == 7
+    wrong = []
+    for path in (REPO / "labs_lib").rglob("*.py"):
+        mine = _layer_of(_module_name(path), layers)
+        if mine is None:
+            continue  # labs_lib/__init__.py, __main__.py
+        for target in _imports(path, top_level_only=False):
+            theirs = _layer_of(target, layers)
+            if theirs is not None and theirs > mine:
+                wrong.append(f"{_module_name(path)} (layer {mine}) imports {target} (layer {theirs})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_import_cycles():
+    graph = {_module_name(p): _imports(p, top_level_only=True) for p in (REPO / "labs_lib").rglob("*.py")}
+    # a package's __init__ re-exports its submodules: importing a submodule runs it, not the other way round
+    graph = {m: {t for t in deps if not m.startswith(t + ".")} for m, deps in graph.items()}
+    state: dict[str, int] = {}
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = 1
+        for nxt in graph.get(node, ()):
+            if state.get(nxt) == 1:
+                raise AssertionError("import cycle: " + " -> ".join([*trail[trail.index(nxt) :], nxt]))
+            if nxt not in state:
+                visit(nxt, [*trail, nxt])
+        state[node] = 2
+
+    for node in graph:
+        if node not in state:
+            visit(node, [node])
+
+
+def test_only_the_engines_ask_which_engine_they_hold():
+    branching = re.compile(r"""(==|!=)\s*["'](llamacpp|vllm)["']|["'](llamacpp|vllm)["']\s*(==|!=)|\.kind\s*(==|!=)""")
+    found = [
+        f"{p.relative_to(REPO)}:{i}"
+        for p in (REPO / "labs_lib").rglob("*.py")
+        if "engines" not in p.parts and p.parent.name != "cli"  # the CLI's flags name the engines
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if branching.search(line)
+    ]
+    assert not found, found
+
+
+def test_small_commands_do_not_load_the_heavy_stack():
+    code = (
+        "import sys, contextlib, io\n"
+        "from labs_lib.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    assert main(['kv', '--model', 'llama-2-7b', '--seq-len', '2048']) == 0\n"
+        "print(','.join(m for m in ('pandas', 'httpx', 'yaml', 'papermill', 'matplotlib', 'openai') if m in sys.modules))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "", f"`kv` loaded {proc.stdout.strip()}"
+
+
+# ---------------------------------------------------------------- packaging
+
+
+def test_requirements_are_generated_from_pyproject():
+    proc = subprocess.run([sys.executable, "tools/requirements.py", "--check"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_constraints_pin_every_requirement_and_setup_uses_them():
+    import tomllib
+
+    pins = {}
+    for line in (REPO / "constraints.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            pins[re.sub(r"[-_.]+", "-", name.lower())] = version
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    wanted = [*project["dependencies"], *project["optional-dependencies"]["lab"], *project["optional-dependencies"]["dev"]]
+    names = [re.sub(r"[-_.]+", "-", re.split(r"[<>=!~ ;\[]", r)[0].lower()) for r in wanted]
+    assert not [n for n in names if n not in pins], "not pinned in constraints.txt"
+    assert "-c constraints.txt" in (REPO / "Makefile").read_text()
+
+
+def test_python_311_everywhere():
+    import tomllib
+
+    assert tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["requires-python"] == ">=3.11"
+    assert "python=3.11" in (REPO / "environment.yml").read_text()
+    assert "3.10" not in (REPO / "README.md").read_text()
+    assert tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["ruff"]["target-version"] == "py311"
+
+
+def test_ruff_format_clean():
+    ruff = shutil.which("ruff", path=str(REPO / ".venv" / "bin")) or shutil.which("ruff")
+    if ruff is None:
+        pytest.skip("ruff not installed")
+    proc = subprocess.run([ruff, "format", "--check", "--quiet", "."], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

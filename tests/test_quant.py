@@ -7,13 +7,12 @@ import pytest
 from conftest import assert_one_line_error, run_cli
 
 from labs_lib import quant
-from labs_lib.engine import EngineConfig
+from labs_lib.engines import EngineConfig
+from labs_lib.engines.llamacpp import LlamaCppEngine
 from labs_lib.errors import BadInput, LabsError
 from labs_lib.gguf_meta import read_gguf_meta
-from labs_lib.llamacpp_engine import LlamaCppEngine
 from labs_lib.load import run_blocking
 from labs_lib.prompts import corpus_text
-from labs_lib.quality import greedy_tokens, score_llamacpp, text_tokens
 from labs_lib.quant_compare import QuantSettings, compare_variants, rank
 
 
@@ -52,15 +51,25 @@ def test_scorer_logprobs_equal_the_engines_own_while_generating_greedily():
     import httpx
 
     with LlamaCppEngine(EngineConfig(ctx=1024)) as e:
-        bos, _ = text_tokens(e.root_url, corpus_text("eval.txt"), 1)
+        bos, _ = e.tokenize_text(corpus_text("eval.txt"), 1)
         # the engine generates greedily from BOS, reporting the log-prob of each token it picks...
-        gen = httpx.post(e.root_url + "/completion", json={"prompt": [bos], "n_predict": 24, "n_probs": 1, "temperature": 0,
-                                                            "cache_prompt": False, "return_tokens": True, "ignore_eos": True}).json()
+        gen = httpx.post(
+            e.root_url + "/completion",
+            json={
+                "prompt": [bos],
+                "n_predict": 24,
+                "n_probs": 1,
+                "temperature": 0,
+                "cache_prompt": False,
+                "return_tokens": True,
+                "ignore_eos": True,
+            },
+        ).json()
         generated = gen["tokens"]
         engine_logprobs = np.array([p["logprob"] for p in gen["completion_probabilities"]])
         # ...and the scorer, forcing that same text, must report the same log-prob for every token
-        scores = score_llamacpp(e.root_url, bos, generated)
-        assert greedy_tokens(e.root_url, [bos], 24) == generated
+        scores = e.score(bos, generated)
+        assert e.greedy([bos], 24) == generated
     assert len(generated) == 24
     assert np.allclose(scores.logprobs, engine_logprobs, atol=1e-4)
     assert scores.top1_ids == generated  # greedy picks the top-1 at every step
@@ -68,9 +77,18 @@ def test_scorer_logprobs_equal_the_engines_own_while_generating_greedily():
 
 @pytest.mark.engine
 def test_quality_ranks_as_measured():
-    df = run_blocking(compare_variants(["Q8_0", "Q4_0"], ["f16", "q4_0"], reference="Q8_0", kv_variant="Q8_0",
-                                       settings=QuantSettings(eval_tokens=40, greedy_tokens=8, speed_requests=2, concurrencies=(1,),
-                                                              prompt_tokens=16, max_tokens=8), progress=False))
+    df = run_blocking(
+        compare_variants(
+            ["Q8_0", "Q4_0"],
+            ["f16", "q4_0"],
+            reference="Q8_0",
+            kv_variant="Q8_0",
+            settings=QuantSettings(
+                eval_tokens=40, greedy_tokens=8, speed_requests=2, concurrencies=(1,), prompt_tokens=16, max_tokens=8
+            ),
+            progress=False,
+        )
+    )
     ppl = dict(zip(df.variant + "/" + df.kv_dtype, df.perplexity, strict=True))
     assert ppl["Q4_0/f16"] > ppl["Q8_0/f16"] * 1.05  # naive 4-bit loses measurably
     order = rank(df)
@@ -91,7 +109,14 @@ def test_quant_cli_json():
             assert r[key] is not None
 
 
-@pytest.mark.parametrize("args,needle", [(["--variants", "Q9_9"], "Q9_9"), (["--kv-dtypes", "fp8"], "fp8"),
-                                         (["--variants", ","], "--variants"), (["--eval-tokens", "0"], "--eval-tokens")])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--variants", "Q9_9"], "Q9_9"),
+        (["--kv-dtypes", "fp8"], "fp8"),
+        (["--variants", ","], "--variants"),
+        (["--eval-tokens", "0"], "--eval-tokens"),
+    ],
+)
 def test_quant_cli_bad_input(args, needle):
     assert_one_line_error(run_cli("quant", *args), needle)

@@ -8,7 +8,9 @@ from labs_lib.roofline import bound_tokens_per_s, decode_bytes_per_step, measure
 
 def test_llama_8b_on_an_h100_is_bounded_near_200_tokens_per_s():
     # 8.03e9 bf16 weights = 16.06 GB; H100 SXM 3.35 TB/s: the often-quoted ~200 tok/s single-stream ceiling
-    step = decode_bytes_per_step(weight_bytes("llama-3.1-8b", "bf16"), kv_cache("llama-3.1-8b", 1, 1, "bf16").kv_bytes_per_token, 2048)
+    step = decode_bytes_per_step(
+        weight_bytes("llama-3.1-8b", "bf16"), kv_cache("llama-3.1-8b", 1, 1, "bf16").kv_bytes_per_token, 2048
+    )
     assert 16.0e9 < step < 16.5e9  # + 2048 tokens x 128 KiB of KV = 0.27 GB
     assert bound_tokens_per_s(3.35e12, step) == pytest.approx(3.35e12 / step)
     assert 200 < bound_tokens_per_s(3.35e12, step) < 210

@@ -15,8 +15,18 @@ def test_discover_orders_and_filters():
         runner.discover("01,99")
 
 
-@pytest.mark.parametrize("text,value", [("true", True), ("False", False), ("12", 12), ("0.5", 0.5), ("[1, 2]", [1, 2]),
-                                        ("llama-2-7b", "llama-2-7b"), ("none", None)])
+@pytest.mark.parametrize(
+    "text,value",
+    [
+        ("true", True),
+        ("False", False),
+        ("12", 12),
+        ("0.5", 0.5),
+        ("[1, 2]", [1, 2]),
+        ("llama-2-7b", "llama-2-7b"),
+        ("none", None),
+    ],
+)
 def test_parse_value(text, value):
     assert runner.parse_value(text) == value
 

@@ -8,8 +8,8 @@ import time
 import pytest
 from conftest import fake_key, files_changed_since, find_leaks, make_canaries, run_cli
 
-from labs_lib.engine import EngineConfig
-from labs_lib.llamacpp_engine import LlamaCppEngine
+from labs_lib.engines import EngineConfig
+from labs_lib.engines.llamacpp import LlamaCppEngine
 from labs_lib.paths import cache_dir
 
 
@@ -33,7 +33,10 @@ def assert_clean(keys, *texts):
 
 def test_the_leak_search_finds_what_it_looks_for():
     keys = make_canaries()
-    assert find_leaks(f"Authorization: Bearer {keys['VLLM_API_KEY']}", keys) == ["canary VLLM_API_KEY", f"unmasked key-like string {keys['VLLM_API_KEY']!r}"]
+    assert find_leaks(f"Authorization: Bearer {keys['VLLM_API_KEY']}", keys) == [
+        "canary VLLM_API_KEY",
+        f"unmasked key-like string {keys['VLLM_API_KEY']!r}",
+    ]
     assert find_leaks("key sk-…a1b2 (masked)", keys) == []
     stray = fake_key("proj-")
     assert find_leaks(stray, {}) == [f"unmasked key-like string {stray!r}"]
@@ -41,11 +44,42 @@ def test_the_leak_search_finds_what_it_looks_for():
 
 def test_bench_right_and_wrong_key(keyed, tmp_path):
     keys, engine, _ = keyed
-    good = run_cli("bench", "--base-url", engine.base_url, "--api-key-env", "VLLM_API_KEY", "--concurrency", "1,2", "--requests", "2",
-                   "--max-tokens", "4", "--prompt-tokens", "16", "--out", str(tmp_path / "good.json"))
+    good = run_cli(
+        "bench",
+        "--base-url",
+        engine.base_url,
+        "--api-key-env",
+        "VLLM_API_KEY",
+        "--concurrency",
+        "1,2",
+        "--requests",
+        "2",
+        "--max-tokens",
+        "4",
+        "--prompt-tokens",
+        "16",
+        "--out",
+        str(tmp_path / "good.json"),
+    )
     assert good.returncode == 0, good.stderr
-    wrong = run_cli("bench", "--endpoint", "taotoken", "--model", engine.model_id, "--concurrency", "1", "--requests", "2",
-                    "--max-tokens", "4", "--prompt-tokens", "16", "--out", str(tmp_path / "wrong.json"), "--json")
+    wrong = run_cli(
+        "bench",
+        "--endpoint",
+        "taotoken",
+        "--model",
+        engine.model_id,
+        "--concurrency",
+        "1",
+        "--requests",
+        "2",
+        "--max-tokens",
+        "4",
+        "--prompt-tokens",
+        "16",
+        "--out",
+        str(tmp_path / "wrong.json"),
+        "--json",
+    )
     assert wrong.returncode == 1 and "401" in wrong.stdout + wrong.stderr
     saved = [p.read_text() for p in tmp_path.iterdir()]
     assert len(saved) >= 4  # a summary JSON and a per-request CSV for each run
@@ -55,8 +89,10 @@ def test_bench_right_and_wrong_key(keyed, tmp_path):
 def test_sweep_with_a_keyed_engine(keyed, tmp_path):
     keys, _, _ = keyed
     grid = tmp_path / "grid.yaml"
-    grid.write_text("name: keyed\nengine: llamacpp\nbase: {ctx: 512, api_key_env: LAB05_API_KEY}\naxes: {parallel: [1]}\n"
-                    "workloads: [{name: tiny, concurrency: [1], requests: 2, prompt_tokens: 16, max_tokens: 4}]\n")
+    grid.write_text(
+        "name: keyed\nengine: llamacpp\nbase: {ctx: 512, api_key_env: LAB05_API_KEY}\naxes: {parallel: [1]}\n"
+        "workloads: [{name: tiny, concurrency: [1], requests: 2, prompt_tokens: 16, max_tokens: 4}]\n"
+    )
     out = tmp_path / "rows.jsonl"
     done = run_cli("sweep", "--grid", str(grid), "--out", str(out))
     assert done.returncode == 0, done.stderr
@@ -67,7 +103,9 @@ def test_sweep_with_a_keyed_engine(keyed, tmp_path):
 
 def test_doctor_right_wrong_and_config_file(keyed, tmp_path):
     keys, engine, _ = keyed
-    right = run_cli("doctor", "--base-url", engine.base_url, "--api-key-env", "VLLM_API_KEY", "--model", engine.model_id, "--json")
+    right = run_cli(
+        "doctor", "--base-url", engine.base_url, "--api-key-env", "VLLM_API_KEY", "--model", engine.model_id, "--json"
+    )
     assert right.returncode == 0, right.stdout
     wrong = run_cli("doctor", "--base-url", engine.base_url, "--api-key-env", "TAOTOKEN_API_KEY", "--model", engine.model_id)
     assert wrong.returncode == 1 and "auth" in wrong.stdout.lower()

@@ -17,9 +17,13 @@ from labs_lib.errors import BadInput
 from labs_lib.load import run_blocking
 from labs_lib.sweep import SCHEMA, load_grid, read_rows, run_sweep
 
-TINY = {"name": "tiny", "engine": "llamacpp", "base": {"ctx": 1024},
-        "axes": {"parallel": [1]},
-        "workloads": [{"name": "w", "concurrency": [1, 2], "requests": 2, "prompt_tokens": 16, "max_tokens": 4}]}
+TINY = {
+    "name": "tiny",
+    "engine": "llamacpp",
+    "base": {"ctx": 1024},
+    "axes": {"parallel": [1]},
+    "workloads": [{"name": "w", "concurrency": [1, 2], "requests": 2, "prompt_tokens": 16, "max_tokens": 4}],
+}
 
 
 def launchers() -> set[int]:
@@ -40,8 +44,14 @@ def launchers() -> set[int]:
 
 
 def test_grid_points_axes_variants_and_quick():
-    grid = load_grid({**TINY, "axes": {"parallel": [1, 2]}, "variants": [{"prompt_cache": True}, {"prompt_cache": False}],
-                      "quick": {"axes": {"parallel": [1]}}})
+    grid = load_grid(
+        {
+            **TINY,
+            "axes": {"parallel": [1, 2]},
+            "variants": [{"prompt_cache": True}, {"prompt_cache": False}],
+            "quick": {"axes": {"parallel": [1]}},
+        }
+    )
     assert len(grid.configs()) == 4 and len(grid.points()) == 8
     quick = load_grid({**TINY, "axes": {"parallel": [1, 2]}, "quick": {"axes": {"parallel": [1]}}}, quick=True)
     assert [c["parallel"] for c in quick.configs()] == [1]
@@ -50,16 +60,19 @@ def test_grid_points_axes_variants_and_quick():
     assert len(set(ids)) == len(ids) and ids == [p.point_id("llamacpp") for p in same.points()]
 
 
-@pytest.mark.parametrize("mutate,needle", [
-    (lambda g: g.update(axes={"slots": [1]}), "slots"),
-    (lambda g: g.update(axes={"parallel": 4}), "axes.parallel"),
-    (lambda g: g.update(axes={"parallel": [0]}), "parallel"),
-    (lambda g: g.update(engine="tgi"), "tgi"),
-    (lambda g: g.update(colour="blue"), "colour"),
-    (lambda g: g["workloads"][0].update(concurrency=[-1]), "concurrency"),
-    (lambda g: g["workloads"][0].update(turbo=True), "turbo"),
-    (lambda g: g["workloads"][0].update(requests="lots"), "lots"),
-])
+@pytest.mark.parametrize(
+    "mutate,needle",
+    [
+        (lambda g: g.update(axes={"slots": [1]}), "slots"),
+        (lambda g: g.update(axes={"parallel": 4}), "axes.parallel"),
+        (lambda g: g.update(axes={"parallel": [0]}), "parallel"),
+        (lambda g: g.update(engine="tgi"), "tgi"),
+        (lambda g: g.update(colour="blue"), "colour"),
+        (lambda g: g["workloads"][0].update(concurrency=[-1]), "concurrency"),
+        (lambda g: g["workloads"][0].update(turbo=True), "turbo"),
+        (lambda g: g["workloads"][0].update(requests="lots"), "lots"),
+    ],
+)
 def test_bad_grids_name_the_value(mutate, needle):
     grid = json.loads(json.dumps(TINY))
     mutate(grid)
@@ -134,7 +147,9 @@ def test_a_configuration_that_cannot_start_becomes_rows_and_the_sweep_goes_on(tm
 
 @pytest.mark.engine
 def test_a_point_that_times_out_is_a_row(tmp_path):
-    grid = load_grid({**TINY, "workloads": [{"name": "long", "concurrency": [1], "requests": 1, "prompt_tokens": 16, "max_tokens": 400}]})
+    grid = load_grid(
+        {**TINY, "workloads": [{"name": "long", "concurrency": [1], "requests": 1, "prompt_tokens": 16, "max_tokens": 400}]}
+    )
     df = run_blocking(run_sweep(grid, tmp_path / "t.jsonl", point_timeout_s=1.0, progress=False))
     assert df["status"].tolist() == ["failed"] and "timed out" in df["error"].iloc[0]
 
@@ -142,12 +157,23 @@ def test_a_point_that_times_out_is_a_row(tmp_path):
 @pytest.mark.engine
 def test_killed_sweep_resumes_and_keeps_finished_points(tmp_path):
     grid_file = tmp_path / "g.yaml"
-    grid_file.write_text(yaml.safe_dump({**TINY, "axes": {"parallel": [1, 2]},
-                                         "workloads": [{"name": "w", "concurrency": [1], "requests": 2, "prompt_tokens": 16, "max_tokens": 24}]}))
+    grid_file.write_text(
+        yaml.safe_dump(
+            {
+                **TINY,
+                "axes": {"parallel": [1, 2]},
+                "workloads": [{"name": "w", "concurrency": [1], "requests": 2, "prompt_tokens": 16, "max_tokens": 24}],
+            }
+        )
+    )
     out = tmp_path / "k.jsonl"
     before = launchers()
-    proc = subprocess.Popen([sys.executable, "-m", "labs_lib", "sweep", "--grid", str(grid_file), "--out", str(out)], cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "labs_lib", "sweep", "--grid", str(grid_file), "--out", str(out)],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (out.exists() and out.read_text().count("\n") >= 1):
         time.sleep(0.1)
@@ -166,12 +192,14 @@ def test_killed_sweep_resumes_and_keeps_finished_points(tmp_path):
 
 @pytest.mark.engine
 def test_child_guard_stops_the_server_when_its_parent_is_killed(tmp_path):
-    code = ("import subprocess, sys, time\n"
-            "p = subprocess.Popen([sys.executable, '-m', 'labs_lib.child_guard', '--', sys.executable, '-m', 'labs_lib', 'serve'],"
-            " start_new_session=True, stdout=subprocess.PIPE, text=True)\n"
-            "for line in p.stdout:\n"
-            "    if 'Ctrl-C' in line: print('ready', flush=True); break\n"
-            "time.sleep(120)\n")
+    code = (
+        "import subprocess, sys, time\n"
+        "p = subprocess.Popen([sys.executable, '-m', 'labs_lib.engines.guard', '--', sys.executable, '-m', 'labs_lib', 'serve'],"
+        " start_new_session=True, stdout=subprocess.PIPE, text=True)\n"
+        "for line in p.stdout:\n"
+        "    if 'Ctrl-C' in line: print('ready', flush=True); break\n"
+        "time.sleep(120)\n"
+    )
     before = launchers()
     parent = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:

@@ -26,8 +26,16 @@ def chunk(content=None, role=None, finish=None) -> str:
 USAGE = "data: " + json.dumps({"choices": [], "usage": {"prompt_tokens": 20, "completion_tokens": 4, "total_tokens": 24}})
 
 # Constructed in the shape of a vLLM stream: the role-only chunk arrives at once (before prefill).
-VLLM_SHAPED = [(0.005, chunk(role="assistant")), (0.300, chunk("Hello")), (0.320, chunk(" there")), (0.340, chunk(",")),
-               (0.360, chunk(" friend")), (0.361, chunk(finish="length")), (0.362, USAGE), (0.363, "data: [DONE]")]
+VLLM_SHAPED = [
+    (0.005, chunk(role="assistant")),
+    (0.300, chunk("Hello")),
+    (0.320, chunk(" there")),
+    (0.340, chunk(",")),
+    (0.360, chunk(" friend")),
+    (0.361, chunk(finish="length")),
+    (0.362, USAGE),
+    (0.363, "data: [DONE]"),
+]
 
 
 def feed(trace, **kw) -> RequestRecord:
@@ -53,8 +61,13 @@ def test_definitions_on_a_constructed_stream():
 
 
 def test_multi_token_chunks_separate_itl_from_tpot():
-    trace = [(0.1, chunk("ab")), (0.2, chunk("cd")), (0.3, chunk("ef")), (0.31, USAGE.replace('"completion_tokens": 4', '"completion_tokens": 6')),
-             (0.32, "data: [DONE]")]
+    trace = [
+        (0.1, chunk("ab")),
+        (0.2, chunk("cd")),
+        (0.3, chunk("ef")),
+        (0.31, USAGE.replace('"completion_tokens": 4', '"completion_tokens": 6')),
+        (0.32, "data: [DONE]"),
+    ]
     rec = feed(trace)
     assert rec.output_tokens == 6 and rec.chunks == 3
     assert np.median(rec.itl_ms) == pytest.approx(100) and rec.tpot_ms == pytest.approx(200 / 5)
@@ -88,14 +101,20 @@ def test_metrics_from_times_edge_cases():
 
 
 def test_summary_statistics_and_goodput():
-    recs = [RequestRecord(request_id=i, ttft_ms=t, tpot_ms=10.0, e2e_ms=t + 100, itl_ms=[10.0] * 3, prompt_tokens=10, output_tokens=11)
-            for i, t in enumerate([100.0, 200.0, 300.0, 400.0])]
+    recs = [
+        RequestRecord(
+            request_id=i, ttft_ms=t, tpot_ms=10.0, e2e_ms=t + 100, itl_ms=[10.0] * 3, prompt_tokens=10, output_tokens=11
+        )
+        for i, t in enumerate([100.0, 200.0, 300.0, 400.0])
+    ]
     recs.append(RequestRecord(request_id=9, error="HTTP 500: boom"))
     s = summarize(recs, duration_s=2.0, slo=SLO(ttft_ms=250))
-    assert (s["completed"], s["failed"]) == (4, 1)
-    assert s["output_throughput"] == pytest.approx(44 / 2) and s["total_token_throughput"] == pytest.approx(84 / 2)
-    assert s["p50_ttft_ms"] == pytest.approx(250) and s["p99_ttft_ms"] == pytest.approx(np.percentile([100, 200, 300, 400], 99))
-    assert s["goodput"] == pytest.approx(2 / 2.0) and s["errors"] == {"HTTP 500: boom": 1}
+    assert (s.completed, s.failed) == (4, 1)
+    assert s.output_throughput == pytest.approx(44 / 2) and s.total_token_throughput == pytest.approx(84 / 2)
+    assert s.ttft_ms.p50 == pytest.approx(250) and s.ttft_ms.p99 == pytest.approx(np.percentile([100, 200, 300, 400], 99))
+    assert s.goodput == pytest.approx(2 / 2.0) and s.errors == {"HTTP 500: boom": 1}
+    flat = s.flat()  # the columns tables and results files use, named as `vllm bench serve` names them
+    assert flat["p50_ttft_ms"] == s.ttft_ms.p50 and flat["mean_itl_ms"] == pytest.approx(10.0) and "errors" not in flat
 
 
 def test_request_body():
@@ -110,8 +129,11 @@ def test_naive_methods_overcount_on_a_real_stream():
     assert naive.seed002_data_lines(trace, end)["output_tokens"] == 12 + 3  # role, finish and usage chunks counted
     assert naive.seed003_all_lines(trace, end)["output_tokens"] == 2 * (12 + 4)  # blank lines and [DONE] too
     assert naive.seed004_lines_tpot(trace, end)["output_tokens"] == 12 + 4
-    text = "".join(json.loads(line[5:])["choices"][0]["delta"].get("content") or "" for _, line in trace
-                   if line.startswith("data: {") and json.loads(line[5:])["choices"])
+    text = "".join(
+        json.loads(line[5:])["choices"][0]["delta"].get("content") or ""
+        for _, line in trace
+        if line.startswith("data: {") and json.loads(line[5:])["choices"]
+    )
     assert naive.seed000_len_over_1_5(trace, end)["output_tokens"] == pytest.approx(len(text) / 1.5)
 
 
@@ -121,7 +143,7 @@ def test_network_reads_split_anywhere_give_the_same_record():
     whole = StreamTimer()
     whole.feed_bytes(body, 0.5)
     expected = whole.finish()
-    last_token_line_end = body.index(b"friend") + body[body.index(b"friend"):].index(b"\n")
+    last_token_line_end = body.index(b"friend") + body[body.index(b"friend") :].index(b"\n")
     for cut in (1, 7, 50, len(body) // 2, len(body) - 3):
         timer = StreamTimer()
         timer.feed_bytes(body[:cut], 0.1)

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from .diagnose import Diagnosis, diagnose, redact
+from ..redact import redact
+from .rules import Diagnosis, diagnose
 
 
 @dataclass
@@ -23,9 +24,15 @@ class Outcome:
 
     def row(self) -> dict:
         d = self.diagnosis
-        return {"what": self.what, "outcome": "ok" if self.ok else self.error_type,
-                "what the user sees": "" if self.ok else self.error, "doctor's code": d.code if d else "",
-                "cause": d.cause if d else "", "fix": d.fix if d else "", "seconds": round(self.elapsed_s, 3)}
+        return {
+            "what": self.what,
+            "outcome": "ok" if self.ok else self.error_type,
+            "what the user sees": "" if self.ok else self.error,
+            "doctor's code": d.code if d else "",
+            "cause": d.cause if d else "",
+            "fix": d.fix if d else "",
+            "seconds": round(self.elapsed_s, 3),
+        }
 
 
 def attempt(what: str, call: Callable[[], object]) -> Outcome:
@@ -36,8 +43,15 @@ def attempt(what: str, call: Callable[[], object]) -> Outcome:
         return Outcome(what, True, result, elapsed_s=time.perf_counter() - start)
     except Exception as exc:  # every failure the labs demonstrate is data, never a crash
         cls = type(exc)
-        return Outcome(what, False, None, f"{cls.__module__}.{cls.__qualname__}", redact(str(exc))[:300], diagnose(exc),
-                       time.perf_counter() - start)
+        return Outcome(
+            what,
+            False,
+            None,
+            f"{cls.__module__}.{cls.__qualname__}",
+            redact(str(exc))[:300],
+            diagnose(exc),
+            time.perf_counter() - start,
+        )
 
 
 def table(outcomes: list[Outcome]) -> pd.DataFrame:
@@ -52,8 +66,16 @@ def time_to_error_figure(outcomes: list[Outcome]):
     names = [o.what for o in outcomes]
     ax.barh(names, [max(o.elapsed_s * 1000, 0.1) for o in outcomes], color=["C2" if o.ok else "C3" for o in outcomes])
     for y, o in enumerate(outcomes):
-        ax.text(max(o.elapsed_s * 1000, 0.1), y, f" {o.elapsed_s * 1000:,.0f} ms" + ("" if o.ok else f"  {o.diagnosis.code}"), va="center", fontsize=8)
-    ax.set(xscale="log", xlabel="ms until the answer or the error (log scale)", title="How long each failure takes to reach the user")
+        ax.text(
+            max(o.elapsed_s * 1000, 0.1),
+            y,
+            f" {o.elapsed_s * 1000:,.0f} ms" + ("" if o.ok else f"  {o.diagnosis.code}"),
+            va="center",
+            fontsize=8,
+        )
+    ax.set(
+        xscale="log", xlabel="ms until the answer or the error (log scale)", title="How long each failure takes to reach the user"
+    )
     ax.invert_yaxis()
     fig.tight_layout()
     return fig

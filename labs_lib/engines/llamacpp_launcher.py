@@ -1,6 +1,6 @@
 """Child process: llama.cpp's HTTP server (xllamacpp) until told to stop.
 
-Started by LlamaCppEngine with `python -m labs_lib.llamacpp_launcher`; reads its configuration as
+Started by LlamaCppEngine with `python -m labs_lib.engines.llamacpp_launcher`; reads its configuration as
 JSON on stdin (the API key stays in the environment, under the variable the config names, so it
 never appears in `ps`). Logs go to stderr.
 
@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 
-from .child_guard import expected_parent
+from .guard import expected_parent
 
 KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")
 
@@ -68,9 +68,13 @@ def build_params(cfg: dict):
     p.cache_type_k = ggml_type(cfg["kv_cache_dtype"])
     p.cache_type_v = ggml_type(cfg.get("kv_cache_dtype_v") or cfg["kv_cache_dtype"])
     fa = cfg.get("flash_attention")
-    p.flash_attn_type = (x.llama_flash_attn_type.LLAMA_FLASH_ATTN_TYPE_AUTO if fa is None else
-                         x.llama_flash_attn_type.LLAMA_FLASH_ATTN_TYPE_ENABLED if fa else
-                         x.llama_flash_attn_type.LLAMA_FLASH_ATTN_TYPE_DISABLED)
+    p.flash_attn_type = (
+        x.llama_flash_attn_type.LLAMA_FLASH_ATTN_TYPE_AUTO
+        if fa is None
+        else x.llama_flash_attn_type.LLAMA_FLASH_ATTN_TYPE_ENABLED
+        if fa
+        else x.llama_flash_attn_type.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    )
     if not cfg.get("prompt_cache", True):
         p.cache_prompt = False  # no reuse of a slot's previous prompt
         p.cache_ram_mib = 0  # no prompt cache across slots

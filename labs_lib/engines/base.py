@@ -1,6 +1,8 @@
-"""The engine interface the labs program against: llama.cpp on CPU, vLLM on GPU.
+"""The engine interface the labs program against: llama.cpp on CPU, vLLM on CPU or GPU.
 
-start(config) -> wait until ready -> base_url, model_id, allocation, log -> stop().
+start(config) -> wait until ready -> base_url, model_id, allocation, log -> stop(). What differs
+between engines (tokenizer, teacher-forced scoring, KV allocation, token counters, the command a
+user would type) is a method or class attribute here, so callers never ask which engine they hold.
 Every engine runs as a child process in its own session and is stopped on success, error,
 KeyboardInterrupt, garbage collection and interpreter exit; a child whose parent dies exits
 by itself (it watches its parent).
@@ -20,12 +22,10 @@ from pathlib import Path
 
 import httpx
 
-from .child_guard import PARENT_PID_VARIABLE
-from .errors import BadInput, EngineError, choice, fraction, positive_int
-from .keys import read_key
-from .paths import cache_dir
-
-ENGINE_KINDS = ("auto", "llamacpp", "vllm")
+from ..errors import EngineError, fraction, positive_int, positive_number
+from ..keys import auth_headers, read_key
+from ..paths import cache_dir
+from .guard import PARENT_PID_VARIABLE
 
 
 @dataclass
@@ -60,20 +60,31 @@ class EngineConfig:
     quantization: str | None = None
     block_size: int | None = None
     tensor_parallel_size: int | None = None
-    enforce_eager: bool | None = None
+    enforce_eager: bool | None = None  # None: on for vLLM on CPU (start-up ~80 s instead of ~3 min of compiling)
+    kv_cache_gib: float | None = None  # vLLM on CPU: the KV pool in GiB (VLLM_CPU_KVCACHE_SPACE); None: vLLM's default
     extra_args: list[str] = field(default_factory=list)  # vLLM: further `vllm serve` flags, verbatim
 
     def validated(self) -> EngineConfig:
         """A copy with numbers converted and checked (CLI values arrive as strings)."""
         changes: dict = {"ctx": positive_int("ctx", self.ctx, maximum=1 << 31)}
-        for name in ("parallel", "batch_tokens", "ubatch_tokens", "threads", "memory_limit_mib", "max_model_len", "block_size",
-                     "tensor_parallel_size"):
+        for name in (
+            "parallel",
+            "batch_tokens",
+            "ubatch_tokens",
+            "threads",
+            "memory_limit_mib",
+            "max_model_len",
+            "block_size",
+            "tensor_parallel_size",
+        ):
             if getattr(self, name) is not None:
                 changes[name] = positive_int(name, getattr(self, name), maximum=1 << 31)
         if self.port is not None:
             changes["port"] = positive_int("port", self.port, maximum=65535)
         if self.gpu_memory_utilization is not None:
             changes["gpu_memory_utilization"] = fraction("gpu_memory_utilization", self.gpu_memory_utilization)
+        if self.kv_cache_gib is not None:
+            changes["kv_cache_gib"] = positive_number("kv_cache_gib", self.kv_cache_gib)
         if self.api_key_env is not None:
             read_key(self.api_key_env, required=True)
         return replace(self, **changes)
@@ -101,6 +112,15 @@ class Engine:
 
     kind = "base"
     health_path = "/health"
+    # /metrics counter names: prompt tokens, prompt tokens served from the cache, output tokens
+    prompt_counter = ""
+    cached_counter = ""
+    prompt_counter_includes_cached = False
+    output_counter = ""
+    # the prefix/prompt cache's own counters (hits, lookups) and whether lookups include the hits
+    cache_hit_counter = ""
+    cache_query_counter = ""
+    cache_queries_include_hits = False
 
     def __init__(self, config: EngineConfig | None = None):
         self.config = (config or EngineConfig()).validated()
@@ -125,6 +145,40 @@ class Engine:
 
     @property
     def model_id(self) -> str:
+        raise NotImplementedError
+
+    @classmethod
+    def command_for(cls, config: EngineConfig) -> tuple[str, str]:
+        """(the shell command that starts this configuration, a warning or "")."""
+        raise NotImplementedError
+
+    @staticmethod
+    def kv_pool_row(row: dict) -> dict:
+        """One sweep result row (flattened: config.*, allocation.*, memory.*) as a KV-pool table row."""
+        raise NotImplementedError
+
+    def allocation_summary(self) -> dict:
+        """The KV allocation in a few columns, for comparison tables."""
+        return {}
+
+    def allocation_lines(self) -> list[str]:
+        """The KV allocation the engine logged, for people."""
+        return ["KV cache: not reported"]
+
+    def prompt_tokenizer(self):
+        """text -> token pieces with this engine's tokenizer, or None (prompts are then cut by words)."""
+        return None
+
+    def tokenize_text(self, text: str, limit: int | None = None) -> tuple[int | None, list[int]]:
+        """(BOS id or None, the text's token ids, at most `limit`)."""
+        raise NotImplementedError
+
+    def score(self, bos: int | None, token_ids: list[int]):
+        """quality.Scores: teacher-forced log-probabilities of token_ids after BOS."""
+        raise NotImplementedError
+
+    def greedy(self, prompt_ids: list[int], n: int) -> list[int]:
+        """n greedy token ids after prompt_ids."""
         raise NotImplementedError
 
     # -- common
@@ -162,9 +216,15 @@ class Engine:
         self.log_path = logs / f"{self.kind}-{self.port}-{time.strftime('%Y%m%d-%H%M%S')}.log"
         started = time.perf_counter()
         with open(self.log_path, "wb") as log:
-            # the child watches for this PID to stop being its parent (child_guard.expected_parent)
-            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-                                         env={**os.environ, **env, PARENT_PID_VARIABLE: str(os.getpid())}, start_new_session=True)
+            # the child watches for this PID to stop being its parent (guard.expected_parent)
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **env, PARENT_PID_VARIABLE: str(os.getpid())},
+                start_new_session=True,
+            )
         self._finalizer = weakref.finalize(self, _terminate_group, self.proc)
         try:
             with contextlib.suppress(BrokenPipeError):  # a child that died at once: _wait_ready reports why
@@ -220,6 +280,9 @@ class Engine:
         except psutil.Error:
             return None
 
+    def headers(self) -> dict[str, str]:
+        return auth_headers(self.api_key)
+
     def client(self, **kwargs):
         """An openai.OpenAI client for this engine, with retries off (a retry would hide failures)."""
         from openai import OpenAI
@@ -235,8 +298,6 @@ class Engine:
     def __repr__(self) -> str:
         state = f"running pid {self.pid} at {self.base_url}" if self.is_running() else "stopped"
         return f"<{type(self).__name__} {self.model_id if self.port else ''} {state}>"
-
-
 
 
 def _terminate_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
@@ -290,56 +351,66 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
             return False
 
 
-def resolve_kind(kind: str = "auto") -> str:
-    """auto -> vllm when vLLM is installed and a GPU answers, else llamacpp."""
-    kind = choice("engine", kind, ENGINE_KINDS)
-    if kind != "auto":
-        return kind
-    import importlib.util
-
-    from .gpu import read_gpus
-
-    if importlib.util.find_spec("vllm") is not None and read_gpus()[0]:
-        return "vllm"
-    return "llamacpp"
-
-
-def make_engine(kind: str = "auto", config: EngineConfig | None = None, **changes) -> Engine:
-    """An engine of `kind` (not started). `changes` override config fields."""
-    config = (config or EngineConfig()).with_(**changes) if changes else (config or EngineConfig())
-    kind = resolve_kind(kind)
-    if kind == "llamacpp":
-        from .llamacpp_engine import LlamaCppEngine
-
-        return LlamaCppEngine(config)
-    from .vllm_engine import VLLMEngine
-
-    return VLLMEngine(config)
-
-
-def check_kind(kind: str) -> str:
-    if kind not in ENGINE_KINDS:
-        raise BadInput("engine", kind, "allowed: " + ", ".join(ENGINE_KINDS))
-    return kind
-
-
 # The same knob in both engines (lab 03 shows this table once).
 ENGINE_MAPPING = [
-    {"knob": "KV pool size", "vllm": "--gpu-memory-utilization (or --kv-cache-memory-bytes)", "llamacpp": "n_ctx (-c): total cells for all slots",
-     "EngineConfig": "gpu_memory_utilization / ctx"},
-    {"knob": "longest request", "vllm": "--max-model-len", "llamacpp": "n_ctx / n_parallel per slot", "EngineConfig": "max_model_len / ctx, parallel"},
-    {"knob": "sequences decoded together", "vllm": "--max-num-seqs", "llamacpp": "n_parallel (-np): slots", "EngineConfig": "parallel"},
-    {"knob": "tokens per scheduler step", "vllm": "--max-num-batched-tokens (chunked prefill)", "llamacpp": "n_batch (-b) / n_ubatch (-ub)",
-     "EngineConfig": "batch_tokens / ubatch_tokens"},
-    {"knob": "chunked prefill", "vllm": "--enable-chunked-prefill / --disable-chunked-prefill", "llamacpp": "always: prompts are processed n_batch at a time",
-     "EngineConfig": "chunked_prefill"},
-    {"knob": "prefix / prompt caching", "vllm": "--enable-prefix-caching / --disable-prefix-caching", "llamacpp": "cache_prompt + prompt cache (--cache-ram)",
-     "EngineConfig": "prompt_cache"},
-    {"knob": "KV cache dtype", "vllm": "--kv-cache-dtype auto|fp8|…", "llamacpp": "-ctk/-ctv f16|q8_0|q4_0 (quantized V needs flash attention)",
-     "EngineConfig": "kv_cache_dtype"},
-    {"knob": "attention kernel", "vllm": "--attention-backend FLASH_ATTN|FLASHINFER|TRITON_ATTN|…", "llamacpp": "flash attention on/off (-fa)",
-     "EngineConfig": "attention_backend / flash_attention"},
-    {"knob": "weight quantization", "vllm": "--quantization awq|gptq|fp8|… (or the checkpoint's config)", "llamacpp": "the GGUF file's type (Q4_K_M, Q8_0, …)",
-     "EngineConfig": "quantization / model"},
-    {"knob": "API key", "vllm": "--api-key or VLLM_API_KEY", "llamacpp": "--api-key", "EngineConfig": "api_key_env (the variable's name)"},
+    {
+        "knob": "KV pool size",
+        "vllm": "--gpu-memory-utilization (or --kv-cache-memory-bytes)",
+        "llamacpp": "n_ctx (-c): total cells for all slots",
+        "EngineConfig": "gpu_memory_utilization / ctx",
+    },
+    {
+        "knob": "longest request",
+        "vllm": "--max-model-len",
+        "llamacpp": "n_ctx / n_parallel per slot",
+        "EngineConfig": "max_model_len / ctx, parallel",
+    },
+    {
+        "knob": "sequences decoded together",
+        "vllm": "--max-num-seqs",
+        "llamacpp": "n_parallel (-np): slots",
+        "EngineConfig": "parallel",
+    },
+    {
+        "knob": "tokens per scheduler step",
+        "vllm": "--max-num-batched-tokens (chunked prefill)",
+        "llamacpp": "n_batch (-b) / n_ubatch (-ub)",
+        "EngineConfig": "batch_tokens / ubatch_tokens",
+    },
+    {
+        "knob": "chunked prefill",
+        "vllm": "--enable-chunked-prefill / --disable-chunked-prefill",
+        "llamacpp": "always: prompts are processed n_batch at a time",
+        "EngineConfig": "chunked_prefill",
+    },
+    {
+        "knob": "prefix / prompt caching",
+        "vllm": "--enable-prefix-caching / --disable-prefix-caching",
+        "llamacpp": "cache_prompt + prompt cache (--cache-ram)",
+        "EngineConfig": "prompt_cache",
+    },
+    {
+        "knob": "KV cache dtype",
+        "vllm": "--kv-cache-dtype auto|fp8|…",
+        "llamacpp": "-ctk/-ctv f16|q8_0|q4_0 (quantized V needs flash attention)",
+        "EngineConfig": "kv_cache_dtype",
+    },
+    {
+        "knob": "attention kernel",
+        "vllm": "--attention-backend FLASH_ATTN|FLASHINFER|TRITON_ATTN|…",
+        "llamacpp": "flash attention on/off (-fa)",
+        "EngineConfig": "attention_backend / flash_attention",
+    },
+    {
+        "knob": "weight quantization",
+        "vllm": "--quantization awq|gptq|fp8|… (or the checkpoint's config)",
+        "llamacpp": "the GGUF file's type (Q4_K_M, Q8_0, …)",
+        "EngineConfig": "quantization / model",
+    },
+    {
+        "knob": "API key",
+        "vllm": "--api-key or VLLM_API_KEY",
+        "llamacpp": "--api-key",
+        "EngineConfig": "api_key_env (the variable's name)",
+    },
 ]

@@ -1,6 +1,6 @@
 """Run a server command so that it never outlives the Python process that started it.
 
-`python -m labs_lib.child_guard -- vllm serve …` starts the command in this process group (the
+`python -m labs_lib.engines.guard -- vllm serve …` starts the command in this process group (the
 engine puts the guard in a session of its own) and then:
 - exits with the command's status when the command exits;
 - forwards SIGTERM/SIGINT/SIGHUP to the whole group and exits;
@@ -37,12 +37,12 @@ def _stop_group(sig: int = signal.SIGTERM) -> None:
 
 def main(argv: list[str]) -> int:
     if "--" not in argv or argv.index("--") == len(argv) - 1:
-        print("usage: python -m labs_lib.child_guard -- COMMAND [ARGS…]", file=sys.stderr)
+        print("usage: python -m labs_lib.engines.guard -- COMMAND [ARGS…]", file=sys.stderr)
         return 2
     command = argv[argv.index("--") + 1 :]
     parent = expected_parent()
     if os.getppid() != parent:
-        print("child_guard: parent process is gone before the server started", file=sys.stderr, flush=True)
+        print("guard: parent process is gone before the server started", file=sys.stderr, flush=True)
         return 1
     child = subprocess.Popen(command)  # same process group as this guard
 
@@ -62,7 +62,7 @@ def main(argv: list[str]) -> int:
         if code is not None:
             return code
         if os.getppid() != parent:
-            print("child_guard: parent process is gone; stopping the server", file=sys.stderr, flush=True)
+            print("guard: parent process is gone; stopping the server", file=sys.stderr, flush=True)
             on_signal(signal.SIGTERM, None)
         time.sleep(0.2)
 

@@ -15,59 +15,16 @@ import json
 import os
 import socket
 import time
-from dataclasses import asdict, dataclass, field
 from urllib.parse import urlsplit
 
 import httpx
 
-from .diagnose import RULES, diagnose, proxy_for, redact
-from .endpoints import Endpoint, add_target_arguments, chosen_target, resolve
-from .keys import mask
-
-STATUSES = ("ok", "warn", "fail", "skipped")
-
-
-@dataclass
-class Check:
-    name: str
-    status: str
-    evidence: str = ""
-    cause: str = ""
-    fix: str = ""
-
-    @classmethod
-    def from_rule(cls, name: str, status: str, code: str, evidence: str) -> Check:
-        cause, fix = RULES[code]
-        return cls(name, status, redact(evidence), cause, fix)
-
-
-@dataclass
-class Report:
-    endpoint: dict
-    checks: list[Check] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not any(c.status == "fail" for c in self.checks)
-
-    def to_dict(self) -> dict:
-        return {"endpoint": self.endpoint, "checks": [asdict(c) for c in self.checks], "ok": self.ok}
-
-    def table(self):
-        import pandas as pd
-
-        return pd.DataFrame([asdict(c) for c in self.checks])
-
-    def text(self) -> str:
-        marks = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL", "skipped": "skip"}
-        lines = [f"doctor: {self.endpoint['base_url']} (model {self.endpoint.get('model') or '-'}, key {self.endpoint.get('api_key')})"]
-        for c in self.checks:
-            lines.append(f"  [{marks[c.status]}] {c.name}: {c.evidence}")
-            if c.status in ("warn", "fail"):
-                lines.append(f"         cause: {c.cause}")
-                lines.append(f"         fix:   {c.fix}")
-        lines.append("verdict: " + ("nothing failed" if self.ok else "failed: " + ", ".join(c.name for c in self.checks if c.status == "fail")))
-        return "\n".join(lines)
+from .. import sse
+from ..endpoints import Endpoint
+from ..keys import mask
+from ..redact import redact
+from .report import Check, Report
+from .rules import RULES, diagnose, proxy_for
 
 
 def _short(resp: httpx.Response, limit: int = 160) -> str:
@@ -81,13 +38,22 @@ def check_key(endpoint: Endpoint) -> Check:
     name = "1 configuration: key"
     var = endpoint.api_key_env
     if var is None:
-        return Check(name, "ok" if endpoint.is_loopback else "warn", "no key variable configured: requests carry no Authorization header",
-                     "" if endpoint.is_loopback else "a remote service almost always needs a key",
-                     "" if endpoint.is_loopback else "pass --api-key-env NAME with the variable that holds your key")
+        return Check(
+            name,
+            "ok" if endpoint.is_loopback else "warn",
+            "no key variable configured: requests carry no Authorization header",
+            "" if endpoint.is_loopback else "a remote service almost always needs a key",
+            "" if endpoint.is_loopback else "pass --api-key-env NAME with the variable that holds your key",
+        )
     raw = os.environ.get(var)
     if raw is None or not raw.strip():
-        return Check(name, "fail", f"${var} is {'empty' if raw is not None else 'not set'}", f"the key variable {var} holds no key",
-                     f"export {var}=<your key> in the shell (or notebook environment) that runs the client")
+        return Check(
+            name,
+            "fail",
+            f"${var} is {'empty' if raw is not None else 'not set'}",
+            f"the key variable {var} holds no key",
+            f"export {var}=<your key> in the shell (or notebook environment) that runs the client",
+        )
     problems = []
     if raw != raw.strip():
         problems.append("leading/trailing whitespace or a newline")
@@ -98,8 +64,13 @@ def check_key(endpoint: Endpoint) -> Check:
         problems.append("a 'Bearer ' prefix (the client adds it)")
     evidence = f"${var} = {mask(inner)} ({len(inner)} characters)"
     if problems:
-        return Check(name, "fail", evidence + "; contains " + ", ".join(problems),
-                     "the key is sent with extra characters, so the server rejects it (401)", f"set {var} to the bare key")
+        return Check(
+            name,
+            "fail",
+            evidence + "; contains " + ", ".join(problems),
+            "the key is sent with extra characters, so the server rejects it (401)",
+            f"set {var} to the bare key",
+        )
     return Check(name, "ok", evidence)
 
 
@@ -108,14 +79,23 @@ def check_base_url(endpoint: Endpoint) -> Check:
     parts = urlsplit(endpoint.base_url)
     path = parts.path.rstrip("/")
     calls = endpoint.base_url.rstrip("/") + "/chat/completions"
-    if path.endswith("/chat/completions") or path.endswith("/completions"):
-        return Check(name, "fail", f"{endpoint.base_url}: the SDK would call {calls}", "the base URL already ends in the endpoint path",
-                     "give the SDK the part before /chat/completions, ending in /v1")
+    if path.endswith(("/chat/completions", "/completions")):
+        return Check(
+            name,
+            "fail",
+            f"{endpoint.base_url}: the SDK would call {calls}",
+            "the base URL already ends in the endpoint path",
+            "give the SDK the part before /chat/completions, ending in /v1",
+        )
     if not path.endswith("/v1"):
         fixed = f"{parts.scheme}://{parts.netloc}{path}/v1"
-        return Check(name, "warn", f"{endpoint.base_url}: the SDK calls {calls} (it appends only /chat/completions)",
-                     "OpenAI-compatible servers (vLLM, llama.cpp, TaoToken) serve /v1/chat/completions; without /v1 most answer 404",
-                     f"use {fixed}")
+        return Check(
+            name,
+            "warn",
+            f"{endpoint.base_url}: the SDK calls {calls} (it appends only /chat/completions)",
+            "OpenAI-compatible servers (vLLM, llama.cpp, TaoToken) serve /v1/chat/completions; without /v1 most answer 404",
+            f"use {fixed}",
+        )
     return Check(name, "ok", f"{endpoint.base_url} -> {calls}")
 
 
@@ -126,11 +106,17 @@ def check_proxy(endpoint: Endpoint) -> Check:
     proxy = proxy_for(endpoint.base_url)
     if not names:
         return Check(name, "ok", "no proxy variables set: requests go directly")
-    evidence = f"{', '.join(names)} set; NO_PROXY={no_proxy or '(unset)'}; this URL goes " + (f"through {redact(proxy)}" if proxy else "directly")
+    evidence = f"{', '.join(names)} set; NO_PROXY={no_proxy or '(unset)'}; this URL goes " + (
+        f"through {redact(proxy)}" if proxy else "directly"
+    )
     if proxy and endpoint.is_loopback:
-        cause, _ = RULES["proxy"]
-        return Check(name, "warn", evidence, "a local server is being reached through a proxy, which cannot see your machine's localhost",
-                     "add the host to NO_PROXY, e.g. NO_PROXY=localhost,127.0.0.1")
+        return Check(
+            name,
+            "warn",
+            evidence,
+            "a local server is being reached through a proxy, which cannot see your machine's localhost",
+            "add the host to NO_PROXY, e.g. NO_PROXY=localhost,127.0.0.1",
+        )
     return Check(name, "ok", evidence)
 
 
@@ -232,13 +218,24 @@ def run_doctor(endpoint: Endpoint, *, timeout_s: float = 15.0, probe_limits: boo
             return report
         health_note = f"; /health {health.status_code}" if health is not None and health.status_code != 404 else ""
         if resp.status_code == 404:
-            add(Check.from_rule("3 service answers", "fail", "base_url_path", f"GET {endpoint.base_url}/models -> " + _short(resp)))
+            add(
+                Check.from_rule(
+                    "3 service answers", "fail", "base_url_path", f"GET {endpoint.base_url}/models -> " + _short(resp)
+                )
+            )
             for name in later[1:]:
                 add(Check(name, "skipped", "the base URL's path does not exist"))
             return report
         status3 = "ok" if resp.status_code in (200, 401, 403) else "warn"
-        add(Check("3 service answers", status3, f"GET /models -> HTTP {resp.status_code}{health_note}",
-                  "" if status3 == "ok" else RULES["server_error"][0], "" if status3 == "ok" else RULES["server_error"][1]))
+        add(
+            Check(
+                "3 service answers",
+                status3,
+                f"GET /models -> HTTP {resp.status_code}{health_note}",
+                "" if status3 == "ok" else RULES["server_error"][0],
+                "" if status3 == "ok" else RULES["server_error"][1],
+            )
+        )
         if resp.status_code in (401, 403):
             code = "auth" if resp.status_code == 401 else "forbidden"
             add(Check.from_rule("4 authentication", "fail", code, f"key {endpoint.masked_key} -> " + _short(resp)))
@@ -249,8 +246,15 @@ def run_doctor(endpoint: Endpoint, *, timeout_s: float = 15.0, probe_limits: boo
         ids = _model_ids(resp)
         model = endpoint.model
         if model is None:
-            add(Check("5 model", "warn", f"no model given; the server lists {ids[:5]}", "requests without a model id fail on most services",
-                      f"pass --model (e.g. {ids[0] if ids else 'an id from /v1/models'})"))
+            add(
+                Check(
+                    "5 model",
+                    "warn",
+                    f"no model given; the server lists {ids[:5]}",
+                    "requests without a model id fail on most services",
+                    f"pass --model (e.g. {ids[0] if ids else 'an id from /v1/models'})",
+                )
+            )
             model = ids[0] if ids else None
         elif model in ids:
             add(Check("5 model", "ok", f"{model!r} is listed by /models"))
@@ -259,17 +263,32 @@ def run_doctor(endpoint: Endpoint, *, timeout_s: float = 15.0, probe_limits: boo
             near = difflib.get_close_matches(model, ids, n=3, cutoff=0.3) or ids[:3]
             if probe.status_code == 200:
                 served = probe.json().get("model")
-                add(Check("5 model", "warn", f"{model!r} is not listed ({ids[:5]}), yet the server answered 200 with model {served!r}",
-                          "this server ignores unknown model names and serves its one model (llama.cpp does); vLLM and TaoToken answer 404",
-                          f"use a listed id: {', '.join(near)}"))
+                add(
+                    Check(
+                        "5 model",
+                        "warn",
+                        f"{model!r} is not listed ({ids[:5]}), yet the server answered 200 with model {served!r}",
+                        "this server ignores unknown model names and serves its one model (llama.cpp does); vLLM and TaoToken answer 404",
+                        f"use a listed id: {', '.join(near)}",
+                    )
+                )
             else:
                 d = diagnose(_short(probe))
-                add(Check("5 model", "fail", f"{model!r} is not listed; a request with it -> {_short(probe)}", RULES["model_not_found"][0],
-                          f"use one of: {', '.join(near)}" if near else d.fix))
+                add(
+                    Check(
+                        "5 model",
+                        "fail",
+                        f"{model!r} is not listed; a request with it -> {_short(probe)}",
+                        RULES["model_not_found"][0],
+                        f"use one of: {', '.join(near)}" if near else d.fix,
+                    )
+                )
                 for name in later[3:]:
                     add(Check(name, "skipped", "the model does not exist"))
                 return report
-        _completion_checks(client, endpoint, model, resp, report, probe_limits if probe_limits is not None else endpoint.is_loopback)
+        _completion_checks(
+            client, endpoint, model, resp, report, probe_limits if probe_limits is not None else endpoint.is_loopback
+        )
     return report
 
 
@@ -294,14 +313,25 @@ def _completion_checks(client, endpoint: Endpoint, model: str | None, models_res
             text = (choices[0].get("message") or {}).get("content") or ""
             usage = body.get("usage") or {}
             note = "" if usage else "; no usage block"
-            add(Check("6 completion", "ok" if usage else "warn",
-                      f"choices[0].message.content={text[:40]!r}, finish_reason={finish!r}, usage={usage.get('prompt_tokens')}+{usage.get('completion_tokens')}{note}",
-                      "" if usage else "the server reports no token usage", "" if usage else "count tokens another way (lab 02)"))
+            add(
+                Check(
+                    "6 completion",
+                    "ok" if usage else "warn",
+                    f"choices[0].message.content={text[:40]!r}, finish_reason={finish!r}, usage={usage.get('prompt_tokens')}+{usage.get('completion_tokens')}{note}",
+                    "" if usage else "the server reports no token usage",
+                    "" if usage else "count tokens another way (lab 02)",
+                )
+            )
     try:
         lines, kinds = [], {"role": 0, "content": 0, "usage": 0, "done": 0}
-        payload = {"model": model, "messages": [{"role": "user", "content": "Count to five."}], "max_tokens": 8, "stream": True,
-                   "stream_options": {"include_usage": True}}
-        with client.stream("POST", endpoint.base_url + "/chat/completions", json=payload, headers=endpoint.headers()) as s:
+        body = {
+            "model": model,
+            "messages": [{"role": "user", "content": "Count to five."}],
+            "max_tokens": 8,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        with client.stream("POST", endpoint.base_url + "/chat/completions", json=body, headers=endpoint.headers()) as s:
             ctype = s.headers.get("content-type", "")
             if s.status_code != 200:
                 s.read()
@@ -312,14 +342,15 @@ def _completion_checks(client, endpoint: Endpoint, model: str | None, models_res
                 add(Check.from_rule("7 streaming", "fail", "stream_as_json", f"stream=true answered with content-type {ctype!r}"))
             else:
                 for line in s.iter_lines():
-                    if not line.startswith("data:"):
+                    obj = sse.payload(line)
+                    if obj is None:
                         continue
                     lines.append(line)
-                    data = line[5:].strip()
-                    if data == "[DONE]":
+                    if obj == sse.DONE:
                         kinds["done"] += 1
                         continue
-                    obj = json.loads(data)
+                    if not isinstance(obj, dict):
+                        raise ValueError(f"stream chunk is not a JSON object: {line[:80]!r}")
                     if obj.get("usage") and not obj.get("choices"):
                         kinds["usage"] += 1
                     for ch in obj.get("choices") or []:
@@ -327,17 +358,33 @@ def _completion_checks(client, endpoint: Endpoint, model: str | None, models_res
                         kinds["role"] += bool(delta.get("role"))
                         kinds["content"] += bool(delta.get("content"))
                 ok = kinds["content"] > 0 and kinds["done"] == 1
-                add(Check("7 streaming", "ok" if ok and kinds["usage"] else ("warn" if ok else "fail"),
-                          f"{len(lines)} SSE events: role chunk {kinds['role']}, content chunks {kinds['content']}, usage chunk {kinds['usage']}, [DONE] {kinds['done']}",
-                          "" if ok and kinds["usage"] else (RULES["stream_cut"][0] if not ok else "no usage chunk: the server ignores stream_options"),
-                          "" if ok and kinds["usage"] else (RULES["stream_cut"][1] if not ok else "count token-bearing chunks, marked estimated")))
+                add(
+                    Check(
+                        "7 streaming",
+                        "ok" if ok and kinds["usage"] else ("warn" if ok else "fail"),
+                        f"{len(lines)} SSE events: role chunk {kinds['role']}, content chunks {kinds['content']}, usage chunk {kinds['usage']}, [DONE] {kinds['done']}",
+                        ""
+                        if ok and kinds["usage"]
+                        else (RULES["stream_cut"][0] if not ok else "no usage chunk: the server ignores stream_options"),
+                        ""
+                        if ok and kinds["usage"]
+                        else (RULES["stream_cut"][1] if not ok else "count token-bearing chunks, marked estimated"),
+                    )
+                )
     except (httpx.HTTPError, ValueError) as exc:
         d = diagnose(exc)
         add(Check("7 streaming", "fail", redact(f"{type(exc).__name__}: {exc}"), d.cause, d.fix))
     ctx = _context_length(models_resp, model)
     if not probe_limits:
-        add(Check("8 limits", "ok" if ctx else "skipped", f"context length {ctx:,} tokens per request (reported by /models); over-long request not sent to a remote service"
-                  if ctx else "the service reports no context length; over-long request not sent to a remote service"))
+        add(
+            Check(
+                "8 limits",
+                "ok" if ctx else "skipped",
+                f"context length {ctx:,} tokens per request (reported by /models); over-long request not sent to a remote service"
+                if ctx
+                else "the service reports no context length; over-long request not sent to a remote service",
+            )
+        )
         return
     if not ctx:
         add(Check("8 limits", "skipped", "the service reports no context length"))
@@ -345,44 +392,25 @@ def _completion_checks(client, endpoint: Endpoint, model: str | None, models_res
     try:
         r = _chat(client, endpoint, model, content="word " * (ctx + 64), max_tokens=4)
     except httpx.HTTPError as exc:
-        add(Check("8 limits", "warn", redact(f"{type(exc).__name__}: {exc}"), "an over-long request broke the connection", "check the server log"))
+        add(
+            Check(
+                "8 limits",
+                "warn",
+                redact(f"{type(exc).__name__}: {exc}"),
+                "an over-long request broke the connection",
+                "check the server log",
+            )
+        )
         return
     if r.status_code == 400:
         add(Check("8 limits", "ok", f"context length {ctx:,} tokens per request; a {ctx + 64:,}-word prompt -> {_short(r, 200)}"))
     else:
-        add(Check("8 limits", "warn", f"context length {ctx:,}; a longer prompt -> HTTP {r.status_code}",
-                  "the server accepted a prompt longer than its context: it truncates or shifts context silently",
-                  "keep prompt + max_tokens under the context length yourself"))
-
-
-# ---------------------------------------------------------------- CLI
-
-
-def cmd_doctor(args) -> int:
-    from .errors import BadInput
-
-    if args.config:
-        from .client_config import check_config
-
-        report = check_config(args.config)
-    else:
-        target = chosen_target(args, "exactly one of --endpoint NAME, --base-url URL or --config PATH")
-        if target == "local":
-            raise BadInput("--endpoint", "local", "allowed: taotoken, vllm, or --base-url of a running server (start one with `python -m labs_lib serve`)")
-        if args.api_key_env and not os.environ.get(args.api_key_env, "").strip():
-            endpoint = resolve(target, model=args.model)
-            endpoint = Endpoint(endpoint.name, endpoint.base_url, endpoint.model, args.api_key_env)  # the doctor reports it, not refuses
-        else:
-            endpoint = resolve(target, model=args.model, api_key_env=args.api_key_env)
-        report = run_doctor(endpoint, timeout_s=float(args.timeout))
-    print(json.dumps(report.to_dict(), indent=2) if args.json else report.text())
-    return 0 if report.ok else 1
-
-
-def add_parser(sub) -> None:
-    p = sub.add_parser("doctor", help="diagnose an OpenAI-compatible endpoint (or a client config file) step by step")
-    add_target_arguments(p, endpoint_help="taotoken or vllm", model_help="the model id you send")
-    p.add_argument("--config", help="check a client config file instead (OpenAI-SDK JSON/TOML, Claude Code settings.json, Codex config.toml/auth.json)")
-    p.add_argument("--timeout", default=15, help="seconds per request (default 15)")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_doctor)
+        add(
+            Check(
+                "8 limits",
+                "warn",
+                f"context length {ctx:,}; a longer prompt -> HTTP {r.status_code}",
+                "the server accepted a prompt longer than its context: it truncates or shifts context silently",
+                "keep prompt + max_tokens under the context length yourself",
+            )
+        )

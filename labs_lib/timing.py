@@ -160,12 +160,21 @@ class StreamTimer:
             return
         if obj.__class__ is not dict:
             return
+        try:
+            self._chunk(obj, t)
+        except (AttributeError, TypeError, KeyError, IndexError, ValueError):
+            # JSON of a shape no OpenAI-compatible server sends: the request fails, the run goes on
+            self.rec.error = self.rec.error or f"malformed stream chunk: {data[:80].decode(errors='replace')!r}"
+
+    def _chunk(self, obj: dict, t: float) -> None:
         choices = obj.get("choices")
         if choices:
             c0 = choices[0]
             delta = c0.get("delta")
             text = (delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")) if delta else c0.get("text")
             if text:
+                if text.__class__ is not str:
+                    raise TypeError("content is not a string")
                 self.times.append(t)
                 self.texts.append(text)
             if c0.get("finish_reason"):
@@ -174,8 +183,12 @@ class StreamTimer:
             err = obj["error"]
             self.rec.error = f"server error in stream: {err.get('message', err) if isinstance(err, dict) else err}"
         if obj.get("usage"):
+            if not isinstance(obj["usage"], dict):
+                raise TypeError("usage is not an object")
             self.usage = obj["usage"]
         if obj.get("timings"):
+            if not isinstance(obj["timings"], dict):
+                raise TypeError("timings is not an object")
             self.timings = obj["timings"]
 
     def finish(self, error: str | None = None) -> RequestRecord:
@@ -188,21 +201,34 @@ class StreamTimer:
         rec.chunks = len(self.times)
         rec.text = "".join(self.texts)
         if self.usage:
-            rec.prompt_tokens = self.usage.get("prompt_tokens")
-            rec.output_tokens = self.usage.get("completion_tokens")
-            rec.cached_tokens = (self.usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+            rec.prompt_tokens = _count(self.usage.get("prompt_tokens"))
+            rec.output_tokens = _count(self.usage.get("completion_tokens"))
+            details = self.usage.get("prompt_tokens_details")
+            rec.cached_tokens = _count(details.get("cached_tokens")) if isinstance(details, dict) else None
+            if rec.error is None and (rec.output_tokens is None or rec.output_tokens < len(self.times)):
+                # a chunk may carry several tokens, never fewer than one: fewer tokens than chunks is a lie
+                rec.error = f"usage reports {self.usage.get('completion_tokens')!r:.20} completion tokens for {len(self.times)} token-bearing chunks"
         else:
             rec.output_tokens, rec.tokens_estimated = rec.chunks, True
         if self.timings:
-            rec.server_prompt_ms = self.timings.get("prompt_ms")
-            rec.server_decode_ms = self.timings.get("predicted_ms")
-            rec.server_decode_tokens = self.timings.get("predicted_n")
+            rec.server_prompt_ms = _number(self.timings.get("prompt_ms"))
+            rec.server_decode_ms = _number(self.timings.get("predicted_ms"))
+            rec.server_decode_tokens = _count(self.timings.get("predicted_n"))
         rec.ttft_ms, rec.tpot_ms, rec.e2e_ms, rec.itl_ms = metrics_from_times(self.times, rec.output_tokens)
         if rec.error is None and not self.done:
             rec.error = "stream ended before [DONE]" + (" and before the usage chunk" if not self.usage else "")
         if rec.error is None and not self.times and (rec.output_tokens or 0) > 0:
             rec.error = "no token-bearing chunk in the stream"
         return rec
+
+
+def _count(value: object) -> int | None:
+    """A token count as servers send it (a non-negative int), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _http_error(status: int, body: bytes) -> str:
@@ -216,6 +242,10 @@ def _http_error(status: int, body: bytes) -> str:
         title = re.search(r"<title>(.*?)</title>", text, re.IGNORECASE | re.DOTALL)
         message = title.group(1) if title else re.sub(r"<[^>]+>", " ", text)
     return f"HTTP {status}: " + " ".join(str(message).split())[:200]
+
+
+# what a request can raise on its way: httpx's errors, a stream closed or consumed under it, the OS, bad bytes
+TRANSPORT_ERRORS = (httpx.HTTPError, httpx.StreamError, OSError, UnicodeError)
 
 
 def _transport_error(exc: Exception) -> str:
@@ -245,7 +275,7 @@ def measure(
                 timer.feed_bytes(data, time.perf_counter() - start)
         timer.end_s = time.perf_counter() - start
         return timer.finish(), timer
-    except httpx.HTTPError as exc:
+    except TRANSPORT_ERRORS as exc:
         return timer.finish(_transport_error(exc)), timer
     finally:
         if own:
@@ -273,5 +303,5 @@ async def ameasure(
                 timer.feed_bytes(data, time.perf_counter() - start)
         timer.end_s = time.perf_counter() - start
         return timer.finish()
-    except httpx.HTTPError as exc:
+    except TRANSPORT_ERRORS as exc:
         return timer.finish(_transport_error(exc))

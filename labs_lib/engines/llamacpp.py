@@ -16,7 +16,7 @@ from ..keys import read_key
 from ..kv_math import MIB, llamacpp_layout
 from ..models import load_model
 from ..quality import Scores
-from .base import Engine, EngineConfig
+from .base import Engine, EngineConfig, TokenCounters
 from .llamacpp_api import LlamaCppAPI
 from .llamacpp_launcher import KV_TYPES
 from .model_files import MODEL_ID, default_model_path
@@ -123,13 +123,9 @@ class LlamaCppEngine(Engine):
     """llama.cpp's OpenAI-compatible server on CPU. The configuration's vocabulary maps onto CommonParams."""
 
     kind = "llamacpp"
-    prompt_counter = "llamacpp:prompt_tokens_total"  # excludes tokens served from the prompt cache
-    cached_counter = "llamacpp:prompt_tokens_cached_total"
-    prompt_counter_includes_cached = False
-    output_counter = "llamacpp:tokens_predicted_total"
-    cache_hit_counter = "llamacpp:prompt_tokens_cached_total"
-    cache_query_counter = "llamacpp:prompt_tokens_total"
-    cache_queries_include_hits = False
+    counters = TokenCounters(
+        "llamacpp:prompt_tokens_total", "llamacpp:prompt_tokens_cached_total", "llamacpp:tokens_predicted_total", False
+    )
 
     def __init__(self, config: EngineConfig | None = None):
         super().__init__(config)

@@ -33,11 +33,12 @@ def token_counts(d: dict[str, float], engine: str = "llamacpp") -> dict[str, int
     from a delta of two scrapes. `engine`: a kind, or an engine (class or instance) naming its counters."""
     if isinstance(engine, str):
         engine = engine_class(engine)
-    cached = d.get(engine.cached_counter, 0.0)
-    prompt = d.get(engine.prompt_counter, 0.0) + (0.0 if engine.prompt_counter_includes_cached else cached)
+    names = engine.counters
+    cached = d.get(names.cached, 0.0)
+    prompt = d.get(names.prompt, 0.0) + (0.0 if names.prompt_includes_cached else cached)
     return {
         "prompt_tokens": round(prompt),
-        "output_tokens": round(d.get(engine.output_counter, 0.0)),
+        "output_tokens": round(d.get(names.output, 0.0)),
         "prompt_tokens_cached": round(cached),
     }
 

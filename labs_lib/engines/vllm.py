@@ -22,7 +22,7 @@ from ..errors import BadInput, LabsError
 from ..keys import read_key
 from ..paths import DATA_DIR, REPO_DIR, cache_dir
 from ..quality import Scores
-from .base import Engine, EngineConfig
+from .base import Engine, EngineConfig, TokenCounters
 from .model_files import build_hf_model, hf_model_dir
 
 REFERENCE_VERSION = "0.33.0"
@@ -82,9 +82,6 @@ _PROBE = (
     "    try: print(d, m.version(d)); break\n"
     "    except m.PackageNotFoundError: pass\n"
 )
-
-
-_GPU = VLLMInstall("", REFERENCE_VERSION, "vllm")  # what a configuration is checked against where no vLLM is installed
 
 
 @cache
@@ -173,7 +170,8 @@ def serve_args(config: EngineConfig, port: int | None = None) -> list[str]:
     add("--quantization", config.quantization)
     add("--block-size", config.block_size)
     add("--tensor-parallel-size", config.tensor_parallel_size)
-    eager = config.enforce_eager if config.enforce_eager is not None else (find_vllm() or _GPU).device == "cpu"
+    found = find_vllm()
+    eager = config.enforce_eager if config.enforce_eager is not None else bool(found and found.device == "cpu")
     if eager:
         args.append("--enforce-eager")
     args.extend(config.extra_args)
@@ -265,13 +263,7 @@ class VLLMEngine(Engine):
     """`vllm serve` as a child process (inside labs_lib.engines.guard, so it dies with its parent)."""
 
     kind = "vllm"
-    prompt_counter = "vllm:prompt_tokens_total"  # includes prefix-cache hits
-    cached_counter = "vllm:prompt_tokens_cached_total"
-    prompt_counter_includes_cached = True
-    output_counter = "vllm:generation_tokens_total"
-    cache_hit_counter = "vllm:prefix_cache_hits_total"
-    cache_query_counter = "vllm:prefix_cache_queries_total"
-    cache_queries_include_hits = True
+    counters = TokenCounters("vllm:prompt_tokens_total", "vllm:prompt_tokens_cached_total", "vllm:generation_tokens_total", True)
 
     def __init__(self, config: EngineConfig | None = None, *, check_flags: bool = True):
         super().__init__(config)

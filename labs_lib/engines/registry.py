@@ -25,9 +25,9 @@ def resolve_kind(kind: str = "auto") -> str:
     kind = choice("engine", kind, CHOICES)
     if kind != "auto":
         return kind
-    from .vllm import installed_vllm_version
+    from .vllm import find_vllm
 
-    if installed_vllm_version() is not None and read_gpus()[0]:
+    if find_vllm() is not None and read_gpus()[0]:
         return "vllm"
     return "llamacpp"
 

@@ -103,11 +103,6 @@ def find_vllm() -> VLLMInstall | None:
     return None
 
 
-def installed_vllm_version() -> str | None:
-    found = find_vllm()
-    return found.version if found else None
-
-
 @cache
 def known_flags() -> tuple[str, frozenset[str]]:
     """(vLLM version the flags are from, the flags): the installed vLLM's own --help, else vLLM 0.33.0's."""

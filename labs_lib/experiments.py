@@ -123,17 +123,17 @@ async def concurrency_sweep(
     requests: int,
     prompt_tokens: int,
     max_tokens: int,
-    engine_kind: str | None = None,
+    engine=None,
     progress: bool = True,
 ) -> tuple[pd.DataFrame, list[LoadResult], pd.DataFrame]:
     """Closed-loop runs at each concurrency. Returns (summary per level, the runs, token check).
 
-    With engine_kind ("llamacpp"/"vllm"), /metrics is scraped around each run and the engine's token
-    counters are set beside the harness's counts."""
+    With `engine` (the Engine serving the endpoint, or its kind), /metrics is scraped around each run and
+    the engine's token counters are set beside the harness's counts."""
     runs, checks = [], []
     for level in levels:
         specs = [RequestSpec(p, max_tokens, ignore_eos=True) for p in factory.prompts(requests, prompt_tokens)]
-        before = scrape(endpoint.root_url, endpoint.headers()) if engine_kind else None
+        before = scrape(endpoint.root_url, endpoint.headers()) if engine else None
         run = await run_load(
             endpoint,
             specs,
@@ -143,16 +143,16 @@ async def concurrency_sweep(
             settings={"prompt_tokens": prompt_tokens, "max_tokens": max_tokens},
         )
         runs.append(run)
-        if engine_kind:
-            engine = token_counts(delta(before, scrape(endpoint.root_url, endpoint.headers())), engine_kind)
+        if engine:
+            counted = token_counts(delta(before, scrape(endpoint.root_url, endpoint.headers())), engine)
             ok = [r for r in run.records if r.ok]
             checks.append(
                 {
                     "concurrency": level,
                     "harness_prompt_tokens": sum(r.prompt_tokens or 0 for r in ok),
-                    "engine_prompt_tokens": engine["prompt_tokens"],
+                    "engine_prompt_tokens": counted["prompt_tokens"],
                     "harness_output_tokens": sum(r.output_tokens or 0 for r in ok),
-                    "engine_output_tokens": engine["output_tokens"],
+                    "engine_output_tokens": counted["output_tokens"],
                     "failed": len(run.records) - len(ok),
                 }
             )

@@ -6,6 +6,7 @@ import importlib
 import platform
 import sys
 
+from .engines.vllm import find_vllm
 from .errors import LabsError
 
 VERSIONED = ("labs_lib", "numpy", "pandas", "matplotlib", "xllamacpp", "openai", "httpx", "vllm", "torch")
@@ -46,6 +47,10 @@ def setup(lab: str) -> None:
     found = versions()
     print(f"LLM Inference Labs — lab {lab}")
     print("  " + "  ".join(f"{k} {v}" for k, v in found.items() if v != "-"))
+    served_by = find_vllm()
+    if served_by is not None and found.get("vllm") == "-":  # vLLM runs from its own environment, not this kernel's
+        found["vllm"] = found["torch"] = "in its own venv"
+        print(f"  vLLM engine: {served_by.describe()}")
     missing = [k for k, v in found.items() if v == "-"]
     if missing:
         print("  not installed (fine on CPU): " + ", ".join(missing))

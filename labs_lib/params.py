@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from .engines.registry import CHOICES, resolve_kind
+from .engines.registry import CHOICES, engine_class, resolve_kind
 from .errors import BadInput, choice, fraction, positive_int, positive_number
 from .kv_math import dtype
 from .models import load_model
@@ -106,8 +106,10 @@ def lab02(
 def lab03(*, engine, model, slo_ttft_ms, slo_tpot_ms, resume, quick, interactive) -> SimpleNamespace:
     if model is not None and not isinstance(model, str):
         raise BadInput("model", model, "allowed: None (the grids' model) or a model id / path string")
+    kind = resolve_kind(engine_name(engine))
     return SimpleNamespace(
-        engine=resolve_kind(engine_name(engine)),
+        engine=kind,
+        grid_prefix=engine_class(kind).grid_family(),
         model=model,
         slo_ttft_ms=positive_number("slo_ttft_ms", slo_ttft_ms),
         slo_tpot_ms=positive_number("slo_tpot_ms", slo_tpot_ms),
@@ -119,7 +121,7 @@ def lab03(*, engine, model, slo_ttft_ms, slo_tpot_ms, resume, quick, interactive
 
 def lab04(*, engine, variants, kv_dtypes, eval_tokens, gpu_models, quick, interactive) -> SimpleNamespace:
     from .quant import check_variant
-    from .quant_compare import KV_DTYPES
+    from .quant_compare import KV_DTYPES, VLLM_CPU_MODELS
 
     if not isinstance(variants, (list, tuple)) or not variants:
         raise BadInput("variants", variants, "allowed: a non-empty list among F16, BF16, Q8_0, Q5_1, Q5_0, Q4_1, Q4_0, Q4_K_M")
@@ -131,8 +133,11 @@ def lab04(*, engine, variants, kv_dtypes, eval_tokens, gpu_models, quick, intera
         raise BadInput("gpu_models", gpu_models, "allowed: a list of mappings with at least a 'model' id")
     quick = flag("quick", quick)
     names = [check_variant(v) for v in variants]
+    kind = resolve_kind(engine_name(engine))
+    on_gpu = engine_class(kind).grid_family() == "gpu"
     p = SimpleNamespace(
-        engine=resolve_kind(engine_name(engine)),
+        engine=kind,
+        vllm_models=list(gpu_models) if on_gpu else [dict(m) for m in VLLM_CPU_MODELS],  # vLLM on CPU: the shipped model
         variants=names,
         kv_dtypes=[str(k).lower() for k in kv_dtypes],
         eval_tokens=positive_int("eval_tokens", eval_tokens, maximum=4096),

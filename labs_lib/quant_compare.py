@@ -10,6 +10,7 @@ from .endpoints import endpoint_for
 from .engines import EngineConfig, make_engine
 from .errors import BadInput
 from .gguf_meta import read_gguf_meta
+from .gpu import read_gpus
 from .load import run_load, warm_up
 from .prompts import PromptFactory, corpus_text
 from .quality import Scores, agreement, identical_prefix
@@ -17,6 +18,8 @@ from .quant import ORIGINAL, check_variant, variant_path
 from .timing import RequestSpec
 
 KV_DTYPES = ("f16", "q8_0", "q4_0")
+# vLLM on CPU, the shipped model: weights as converted (bf16), upcast to float32, and an fp8 KV cache
+VLLM_CPU_MODELS = ({}, {"dtype": "float32"}, {"kv_cache_dtype": "fp8"})
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,9 @@ async def measure_config(
             "rss_MiB": round((engine.resident_bytes() or 0) / 2**20, 1),
             **engine.allocation_summary(),
         }
+        gpus, _ = read_gpus()
+        if gpus:  # on a GPU the weights and KV pool live there, not in the process's resident memory
+            row["gpu_used_MiB"] = round(sum(g.memory_used_bytes for g in gpus) / 2**20, 1)
         bos, ids = engine.tokenize_text(text, settings.eval_tokens)
         scores = engine.score(bos, ids)
         greedy = engine.greedy(([bos] if bos is not None else []) + ids[:16], settings.greedy_tokens)
@@ -137,7 +143,12 @@ async def compare_models(models: list[dict], *, settings: QuantSettings | None =
     results = []
     for fields in tqdm(models, desc="models", unit="config", disable=not progress):
         config = EngineConfig(**{"max_model_len": 4096, "parallel": max(settings.concurrencies) * 4, **fields})
-        label = {"model": config.model, "quantization": config.quantization or "-", "kv_dtype": config.kv_cache_dtype}
+        label = {
+            "model": config.model or "gemma-3-270m",
+            "dtype": config.dtype or "auto",
+            "quantization": config.quantization or "-",
+            "kv_dtype": config.kv_cache_dtype,
+        }
         results.append(await measure_config("vllm", config, label, settings))
     ref_scores = results[0][1]
     return pd.DataFrame([{**row, **agreement(ref_scores, scores)} for row, scores, _ in results])
@@ -145,7 +156,13 @@ async def compare_models(models: list[dict], *, settings: QuantSettings | None =
 
 def rank(df: pd.DataFrame, column: str = "perplexity") -> list[str]:
     """Rows from best to worst by a quality column (measured, not assumed), named "variant/kv_dtype"
-    (compare_variants) or "model/kv_dtype" (compare_models)."""
+    (compare_variants) or "model[+dtype][+quantization]/kv_dtype" (compare_models)."""
     ordered = df.sort_values(column)
-    name = "variant" if "variant" in ordered else "model"
-    return list(ordered[name].astype(str) + "/" + ordered["kv_dtype"].astype(str))
+    if "variant" in ordered:
+        names = ordered["variant"].astype(str)
+    else:
+        names = ordered["model"].astype(str)
+        for col, default in (("dtype", "auto"), ("quantization", "-")):
+            if col in ordered:
+                names = names + ordered[col].astype(str).map(lambda v, d=default: "" if v == d else f"+{v}")
+    return list(names + "/" + ordered["kv_dtype"].astype(str))

@@ -141,3 +141,13 @@ def listening_ports(pids: list[int]) -> set[int]:
         with contextlib.suppress(psutil.Error, OSError):
             ports |= {c.laddr.port for c in psutil.Process(pid).net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN}
     return ports
+
+
+def require_vllm() -> None:
+    """Skip without vLLM (make setup-vllm installs it); in CI, where make test installs it, fail instead."""
+    from labs_lib.engines.vllm import find_vllm
+
+    if find_vllm() is None:
+        if os.environ.get("CI"):
+            pytest.fail("vLLM is not installed in CI: make test must run make setup-vllm first")
+        pytest.skip("vLLM is not installed: make setup-vllm")

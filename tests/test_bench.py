@@ -7,7 +7,7 @@ import sys
 import pytest
 from conftest import REPO
 
-SCRIPTS = ["series_runtime", "harness_fidelity", "harness_headroom", "decode_roofline", "client_comparison"]
+SCRIPTS = ["series_runtime", "harness_fidelity", "harness_headroom", "decode_roofline", "client_comparison", "cpu_poll"]
 
 
 def bench(name: str, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:

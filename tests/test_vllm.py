@@ -224,3 +224,20 @@ def test_sweep_dry_run_with_a_model_override():
 
 def test_sweep_bad_grid_is_one_line(tmp_path):
     assert_one_line_error(run_cli("sweep", "--grid", str(tmp_path / "none.yaml")), "none.yaml")
+
+
+def test_a_refused_cpu_start_is_reported_by_its_root_cause():
+    """vLLM on CPU reserves gpu_memory_utilization x RAM and refuses to start when other processes hold more
+    than the rest; the API server's wrapper error must not hide the worker's reason."""
+    from labs_lib.doctor import diagnose
+    from labs_lib.engines.vllm import first_error
+
+    reason = first_error((VLLM / "startup_cpu_memory_utilization_0.32.0.log").read_text())
+    assert reason.startswith("ValueError: Available memory on node 0") and "--gpu-memory-utilization" in reason
+    assert diagnose(reason).code == "engine_memory"
+
+
+def test_cpu_kv_pool_is_its_own_flag():
+    args = serve_args(EngineConfig(kv_cache_gib=0.5))
+    assert dict(itertools.pairwise(args))["--kv-cache-memory-bytes"] == str(2**29)
+    assert unknown_flags(args, parse_help_flags(HELP)) == []

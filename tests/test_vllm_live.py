@@ -2,10 +2,9 @@
 failures, the capacity planner against its own start-up line, and the same model scored on both engines.
 
 CI installs vLLM (make test depends on setup-vllm), so there a missing vLLM fails; elsewhere these
-tests are skipped with the command that installs it.
+tests are skipped with the command that installs it (conftest.require_vllm).
 """
 
-import os
 import signal
 import subprocess
 import sys
@@ -15,11 +14,11 @@ import httpx
 import numpy as np
 import psutil
 import pytest
+from conftest import require_vllm
 
 from labs_lib.endpoints import endpoint_for
 from labs_lib.engines import EngineConfig, make_engine
 from labs_lib.engines.metrics import delta, scrape, token_counts
-from labs_lib.engines.vllm import find_vllm
 from labs_lib.kv_math import plan_capacity
 from labs_lib.prompts import PromptFactory, corpus_text
 from labs_lib.quality import agreement
@@ -28,14 +27,10 @@ from labs_lib.timing import RequestSpec, measure
 pytestmark = pytest.mark.vllm
 KV_GIB, MAX_LEN, SEQS = 1, 2048, 4
 
-if find_vllm() is None:
-    if os.environ.get("CI"):
-        raise RuntimeError("vLLM is not installed in CI: make test must run make setup-vllm first")
-    pytest.skip("vLLM is not installed: make setup-vllm", allow_module_level=True)
-
 
 @pytest.fixture(scope="module")
 def vllm():
+    require_vllm()
     engine = make_engine("vllm", EngineConfig(kv_cache_gib=KV_GIB, max_model_len=MAX_LEN, parallel=SEQS))
     with engine:
         yield engine
@@ -100,6 +95,7 @@ def test_same_model_scored_on_both_engines_agrees(vllm):
 
 
 def test_serve_cli_starts_vllm_and_stops_on_sigint_leaving_nothing():
+    require_vllm()
     proc = subprocess.Popen(
         [
             sys.executable,

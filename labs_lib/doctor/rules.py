@@ -179,6 +179,8 @@ ENGINE_SIGNS = (
             "out of memory",
             "no available memory for the cache",
             "larger than the available kv cache",
+            "less than desired cpu memory utilization",
+            "less than requested memory for kv",
         ),
     ),
     ("engine_flag", ("requires flash_attn", "unrecognized arguments", "quantization method", "is not supported by")),

@@ -19,6 +19,7 @@ import time
 import weakref
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import ClassVar
 
 import httpx
 
@@ -45,6 +46,7 @@ class EngineConfig:
     batch_tokens: int | None = None  # llama.cpp n_batch / vLLM max_num_batched_tokens
     ubatch_tokens: int | None = None  # llama.cpp n_ubatch
     threads: int | None = None  # CPU threads (llama.cpp); None: the engine's default
+    cpu_poll: int = 0  # llama.cpp: threads' busy-polling between steps, 0-100 (0 sleeps; llama.cpp's own default 50 spins)
     swa_full: bool = False  # llama.cpp: full-size sliding-window cache
     kv_unified: bool = False  # llama.cpp: one KV stream shared by all slots
     chat_template: str | None = None  # llama.cpp built-in template name; None: gemma for the shipped model
@@ -61,7 +63,9 @@ class EngineConfig:
     block_size: int | None = None
     tensor_parallel_size: int | None = None
     enforce_eager: bool | None = None  # None: on for vLLM on CPU (start-up ~80 s instead of ~3 min of compiling)
-    kv_cache_gib: float | None = None  # vLLM on CPU: the KV pool in GiB (VLLM_CPU_KVCACHE_SPACE); None: vLLM's default
+    dtype: str | None = None  # vLLM: the weights' compute dtype (--dtype: auto, bfloat16, float16, float32)
+    # vLLM: the KV pool in GiB (--kv-cache-memory-bytes); None: from the utilization on a GPU, 1 GiB on CPU
+    kv_cache_gib: float | None = None
     extra_args: list[str] = field(default_factory=list)  # vLLM: further `vllm serve` flags, verbatim
 
     def validated(self) -> EngineConfig:
@@ -79,6 +83,7 @@ class EngineConfig:
         ):
             if getattr(self, name) is not None:
                 changes[name] = positive_int(name, getattr(self, name), maximum=1 << 31)
+        changes["cpu_poll"] = positive_int("cpu_poll", self.cpu_poll, minimum=0, maximum=100)
         if self.port is not None:
             changes["port"] = positive_int("port", self.port, maximum=65535)
         if self.gpu_memory_utilization is not None:
@@ -124,6 +129,7 @@ class Engine:
     kind = "base"
     health_path = "/health"
     counters: TokenCounters  # the engine's /metrics token counters
+    uncached_body: ClassVar[dict] = {}  # request fields that make the engine compute the prompt (no prompt-cache hit)
 
     def __init__(self, config: EngineConfig | None = None):
         self.config = (config or EngineConfig()).validated()
@@ -155,6 +161,11 @@ class Engine:
         """(the shell command that starts this configuration, a warning or "")."""
         raise NotImplementedError
 
+    @classmethod
+    def grid_family(cls) -> str:
+        """Which of lab 03's grids (data/grids/<family>_<experiment>.yaml) fit this engine on this machine."""
+        raise NotImplementedError
+
     @staticmethod
     def kv_pool_row(row: dict) -> dict:
         """One sweep result row (flattened: config.*, allocation.*, memory.*) as a KV-pool table row."""
@@ -163,6 +174,10 @@ class Engine:
     def allocation_summary(self) -> dict:
         """The KV allocation in a few columns, for comparison tables."""
         return {}
+
+    def weight_bytes(self) -> int | None:
+        """Bytes of the weights a decode step reads (None when the engine cannot tell)."""
+        return None
 
     def allocation_lines(self) -> list[str]:
         """The KV allocation the engine logged, for people."""

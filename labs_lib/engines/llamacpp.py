@@ -8,6 +8,7 @@ import shlex
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
@@ -127,6 +128,8 @@ class LlamaCppEngine(Engine):
         "llamacpp:prompt_tokens_total", "llamacpp:prompt_tokens_cached_total", "llamacpp:tokens_predicted_total", False
     )
 
+    uncached_body: ClassVar[dict] = {"cache_prompt": False}
+
     def __init__(self, config: EngineConfig | None = None):
         super().__init__(config)
         cfg = self.config
@@ -172,6 +175,10 @@ class LlamaCppEngine(Engine):
     def command_for(cls, config: EngineConfig) -> tuple[str, str]:
         return serve_command(config), ""
 
+    @classmethod
+    def grid_family(cls) -> str:
+        return "cpu"
+
     @staticmethod
     def kv_pool_row(row: dict) -> dict:
         model = row.get("config.model")
@@ -202,6 +209,11 @@ class LlamaCppEngine(Engine):
             for c in alloc.caches
         ]
         return lines
+
+    def weight_bytes(self) -> int:
+        from ..gguf_meta import read_gguf_meta
+
+        return read_gguf_meta(self.model_path).tensor_bytes
 
     def allocation_summary(self) -> dict:
         return {"kv_MiB": round(self.allocation.kv_mib, 2)} if self.allocation else {}

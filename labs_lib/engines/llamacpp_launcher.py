@@ -85,6 +85,9 @@ def build_params(cfg: dict):
     if cfg.get("threads"):
         p.cpuparams.n_threads = int(cfg["threads"])
         p.cpuparams_batch.n_threads = int(cfg["threads"])
+    # Worker threads sleep between steps (poll 0) unless asked to spin (llama.cpp's own default is 50): with two
+    # engines, or an engine and a test, on two cores, spinning threads starve each other; bench/cpu_poll.py measures it.
+    p.cpuparams.poll = p.cpuparams_batch.poll = int(cfg.get("cpu_poll") or 0)
     p.swa_full = bool(cfg.get("swa_full"))
     p.kv_unified = bool(cfg.get("kv_unified"))
     p.fit_params = False  # serve exactly the context asked for; the labs compare it with the KV math

@@ -22,12 +22,14 @@ from ..errors import BadInput, LabsError
 from ..keys import read_key
 from ..paths import DATA_DIR, REPO_DIR, cache_dir
 from ..quality import Scores
+from . import guard
 from .base import Engine, EngineConfig, TokenCounters
 from .model_files import build_hf_model, hf_model_dir
 
 REFERENCE_VERSION = "0.33.0"
 VLLM_VENV = REPO_DIR / ".venv-vllm"  # make setup-vllm
 SERVED_NAME = "gemma-3-270m"  # the id both engines serve the shipped model under
+CPU_KV_CACHE_GIB = 1.0  # the KV pool vLLM on CPU gets unless told otherwise
 _FLAG = re.compile(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)")
 VLLM_KV_DTYPES = (
     "auto",
@@ -133,6 +135,7 @@ def vllm_kv_dtype(name: str) -> str:
 
 def serve_args(config: EngineConfig, port: int | None = None) -> list[str]:
     """`vllm serve` arguments for a configuration (real flag names of current vLLM)."""
+    found = find_vllm()
     shipped = not config.model
     model = str(hf_model_dir()) if shipped else config.model
     args = ["serve", model, "--host", config.host, "--port", str(port or config.port or 8000)]
@@ -152,6 +155,12 @@ def serve_args(config: EngineConfig, port: int | None = None) -> list[str]:
         add("--served-model-name", config.served_model_name)
         add("--max-model-len", config.max_model_len)
     add("--gpu-memory-utilization", config.gpu_memory_utilization)
+    kv_gib = config.kv_cache_gib
+    if kv_gib is None and config.gpu_memory_utilization is None and found and found.device == "cpu":
+        # on CPU, --gpu-memory-utilization is the share of the machine's RAM vLLM reserves (0.92 by default) and
+        # start-up fails when other processes hold more than the rest: a KV pool of its own avoids that check
+        kv_gib = CPU_KV_CACHE_GIB
+    add("--kv-cache-memory-bytes", int(kv_gib * 2**30) if kv_gib is not None else None)
     add("--max-num-seqs", config.parallel)
     add("--max-num-batched-tokens", config.batch_tokens)
     args.append("--enable-prefix-caching" if config.prompt_cache else "--no-enable-prefix-caching")
@@ -163,9 +172,9 @@ def serve_args(config: EngineConfig, port: int | None = None) -> list[str]:
     backend = config.attention_backend or ("FLASH_ATTN" if config.flash_attention else None)
     add("--attention-backend", backend)
     add("--quantization", config.quantization)
+    add("--dtype", config.dtype)
     add("--block-size", config.block_size)
     add("--tensor-parallel-size", config.tensor_parallel_size)
-    found = find_vllm()
     eager = config.enforce_eager if config.enforce_eager is not None else bool(found and found.device == "cpu")
     if eager:
         args.append("--enforce-eager")
@@ -241,8 +250,19 @@ def parse_startup_log(text: str) -> VLLMAllocation:
     return out
 
 
+_EXCEPTION = re.compile(r"\b([A-Z]\w*(?:Error|Exception)): (.+)")
+_WRAPPERS = ("Engine core initialization failed", "EngineDeadError", "Worker failed", "See root cause")
+
+
 def first_error(text: str) -> str:
-    """vLLM's own reason for a failed start: the last error-looking line."""
+    """vLLM's own reason for a failed start: the first exception that does not merely wrap another (the
+    worker's ValueError, not the API server's "Engine core initialization failed"), else the last
+    error-looking line."""
+    for line in text.splitlines():
+        m = _EXCEPTION.search(line)
+        raised = m and ("ERROR" in line or line.lstrip().startswith(m.group(1)))  # not a WARNING that names one
+        if raised and not any(w in line for w in _WRAPPERS):
+            return f"{m.group(1)}: {m.group(2).strip()}"[:400]
     candidates = [
         ln.strip()
         for ln in text.splitlines()
@@ -292,12 +312,11 @@ class VLLMEngine(Engine):
         env = {"PYTHONUNBUFFERED": "1"}
         if self.config.api_key_env:
             env["VLLM_API_KEY"] = read_key(self.config.api_key_env, required=True)
-        if install.device == "cpu" and self.config.kv_cache_gib is not None:
-            env["VLLM_CPU_KVCACHE_SPACE"] = f"{self.config.kv_cache_gib:g}"  # GiB; --gpu-memory-utilization means nothing on CPU
         args = serve_args(self.config, self.port)
         # `python -m …api_server --model M` rather than the `vllm` console script, which vllm-cpu's metadata breaks
         server = [install.python, "-m", "vllm.entrypoints.openai.api_server", "--model", args[1], *args[2:]]
-        return [sys.executable, "-m", "labs_lib.engines.guard", "--", *server], env, None
+        # the guard by its file: it needs nothing of labs_lib, and `-m` would import the package (and so the guard) first
+        return [sys.executable, guard.__file__, "--", *server], env, None
 
     def start(self, timeout_s: float = 1800.0) -> VLLMEngine:
         return super().start(timeout_s)  # first starts download and compile: minutes
@@ -314,14 +333,21 @@ class VLLMEngine(Engine):
         bad = unknown_flags(serve_args(config), flags)
         return command_line(config), (f"WARNING: vLLM {version} does not know {', '.join(bad)}" if bad else "")
 
+    @classmethod
+    def grid_family(cls) -> str:
+        found = find_vllm()
+        return "vllm_cpu" if found and found.device == "cpu" else "gpu"
+
     @staticmethod
     def kv_pool_row(row: dict) -> dict:
         return {
+            "KV pool GiB (asked)": row.get("config.kv_cache_gib"),
             "gpu_memory_utilization": row.get("config.gpu_memory_utilization"),
-            "available KV GiB": row.get("allocation.available_kv_gib"),
+            "available KV GiB (logged)": row.get("allocation.available_kv_gib"),
             "KV tokens": row.get("allocation.kv_cache_tokens"),
             "max concurrency": row.get("allocation.max_concurrency"),
             "max_model_len": row.get("allocation.max_model_len"),
+            "preemptions": row.get("metrics.vllm:num_preemptions_total"),
         }
 
     def allocation_lines(self) -> list[str]:
@@ -334,6 +360,11 @@ class VLLMEngine(Engine):
             f"at {a.max_model_len:,} tokens per request",
             f"engine:   {self.install.describe()}",
         ]
+
+    def weight_bytes(self) -> int | None:
+        folder = Path(self.config.model) if self.config.model else hf_model_dir()
+        files = list(folder.glob("*.safetensors")) if folder.is_dir() else []
+        return sum(f.stat().st_size for f in files) or None  # a hub id: unknown here
 
     def allocation_summary(self) -> dict:
         a = self.allocation

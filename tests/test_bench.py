@@ -7,7 +7,15 @@ import sys
 import pytest
 from conftest import REPO
 
-SCRIPTS = ["series_runtime", "harness_fidelity", "harness_headroom", "decode_roofline", "client_comparison", "cpu_poll"]
+SCRIPTS = [
+    "series_runtime",
+    "harness_fidelity",
+    "harness_headroom",
+    "decode_roofline",
+    "client_comparison",
+    "cpu_poll",
+    "gpu_smoke",
+]
 
 
 def bench(name: str, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
@@ -35,3 +43,19 @@ def test_headroom_runs_and_ends_with_a_verdict():
 def test_client_comparison_says_why_without_guidellm():
     done = bench("client_comparison", "--guidellm", "/nonexistent/guidellm")
     assert done.returncode == 1 and "guidellm not found" in done.stdout and done.stdout.strip().endswith("FAIL")
+
+
+def test_gpu_smoke_check_says_when_there_is_no_gpu():
+    """bench/gpu_smoke.py is run by hand on a GPU instance; here, without a GPU, it says so and passes."""
+    from labs_lib.gpu import read_gpus
+
+    if read_gpus()[0]:
+        pytest.skip("a GPU is present: run bench/gpu_smoke.sh itself")
+    done = bench("gpu_smoke")
+    assert done.returncode == 0, done.stderr
+    assert "no GPU" in done.stdout and "nothing to check without a GPU" in done.stdout
+    sys.path.insert(0, str(REPO / "bench"))
+    from gpu_smoke import catalogue_name  # the name matching it will need on a GPU instance
+
+    assert catalogue_name("NVIDIA H200") == "H200" and catalogue_name("NVIDIA A100-SXM4-80GB") == "A100-80GB"
+    assert catalogue_name("NVIDIA L40S") == "L40S" and catalogue_name("NVIDIA L4") == "L4"

@@ -141,8 +141,8 @@ class Engine:
         self._finalizer: weakref.finalize | None = None
 
     # -- to implement
-    def _command(self) -> tuple[list[str], dict[str, str], bytes | None]:
-        """argv, extra environment, bytes for stdin."""
+    def _command(self) -> tuple[list[str], dict[str, str | None], bytes | None]:
+        """argv, environment changes (None removes a variable), bytes for stdin."""
         raise NotImplementedError
 
     def _parse_allocation(self, log_text: str):
@@ -240,7 +240,7 @@ class Engine:
                 stdin=subprocess.PIPE,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, **env, PARENT_PID_VARIABLE: str(os.getpid())},
+                env={k: v for k, v in {**os.environ, **env, PARENT_PID_VARIABLE: str(os.getpid())}.items() if v is not None},
                 start_new_session=True,
             )
         self._finalizer = weakref.finalize(self, _terminate_group, self.proc)

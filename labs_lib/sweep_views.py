@@ -67,6 +67,8 @@ def cache_hit_table(df: pd.DataFrame, engine: str) -> pd.DataFrame:
     hits = ok.get(f"metrics.{names.cached}", pd.Series(0.0, index=ok.index)).fillna(0.0)
     prompt = ok.get(f"metrics.{names.prompt}", pd.Series(0.0, index=ok.index)).fillna(0.0)
     out = pd.DataFrame({"config": label(ok)})
+    if "level.concurrency" in ok and ok["level.concurrency"].nunique() > 1:  # compare configurations at the same load
+        out["concurrency"] = ok["level.concurrency"]
     out["prompt tokens (cache hits included)" if names.prompt_includes_cached else "prompt tokens computed"] = prompt
     out["prompt tokens from cache"] = hits
     out["hit rate"] = [cache_hit_rate(h, q, names.prompt_includes_cached) for h, q in zip(hits, prompt, strict=True)]

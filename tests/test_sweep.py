@@ -228,3 +228,25 @@ def test_every_lab03_experiment_has_a_grid_for_each_engine():
     for name in sorted(names):
         for prefix in ("cpu", "gpu"):
             load_grid(REPO / "data" / "grids" / f"{prefix}_{name}.yaml", quick=True)
+
+
+def test_cache_hit_table_keeps_the_load_level_so_off_and_on_compare_at_the_same_concurrency():
+    """gpu_prefix_cache.yaml runs both configurations at concurrency 1 and 8; lab 03 compared "off at 1"
+    with "on at 8" (issue 12). The table now carries the concurrency to pair rows by."""
+    import pandas as pd
+
+    from labs_lib.sweep_views import cache_hit_table
+
+    rows = pd.DataFrame(
+        {
+            "status": ["ok"] * 4,
+            "config.prompt_cache": [False, False, True, True],
+            "level.concurrency": [1, 8, 1, 8],
+            "metrics.vllm:prompt_tokens_total": [4000.0, 4000.0, 4000.0, 4000.0],
+            "metrics.vllm:prompt_tokens_cached_total": [0.0, 0.0, 3000.0, 3000.0],
+            "summary.p50_ttft_ms": [100.0, 400.0, 40.0, 150.0],
+        }
+    )
+    table = cache_hit_table(rows, "vllm")
+    assert list(table["concurrency"]) == [1, 8, 1, 8]
+    assert list(table["hit rate"]) == [0.0, 0.0, 0.75, 0.75]  # vLLM's prompt counter includes the hits

@@ -12,6 +12,7 @@ import threading
 import time
 import tracemalloc
 
+import httpx
 import pytest
 from fault_proxy import FaultProxy
 
@@ -37,14 +38,28 @@ def accounted(result, n: int) -> None:
     assert sum(result.summary.errors.values()) == len(failed)
 
 
+async def both_slots_decoding(engine, tokens: int = 4, limit_s: float = 600) -> None:
+    """Wait for the event itself, not a guess of its time: the engine's /slots reports two slots that have
+    each decoded `tokens` tokens (on a busy machine that can take many times longer than on a quiet one)."""
+    deadline = time.monotonic() + limit_s
+    async with httpx.AsyncClient(timeout=30, trust_env=False) as client:
+        while time.monotonic() < deadline:
+            slots = (await client.get(engine.root_url + "/slots")).json()
+            decoded = [s["next_token"][0]["n_decoded"] for s in slots if s.get("is_processing")]
+            if len(decoded) == 2 and min(decoded) >= tokens:
+                return
+            await asyncio.sleep(0.05)
+    raise AssertionError(f"two slots were not decoding within {limit_s:.0f} s")
+
+
 def test_engine_killed_mid_stream():
     engine = LlamaCppEngine(EngineConfig(ctx=2048, parallel=2)).start()
     try:
         endpoint = endpoint_for(engine)
 
         async def run():
-            task = asyncio.create_task(run_load(endpoint, specs(6, 400), concurrency=2, progress=False, timeout_s=30))
-            await asyncio.sleep(2.5)  # both slots streaming
+            task = asyncio.create_task(run_load(endpoint, specs(6, 400), concurrency=2, progress=False, timeout_s=600))
+            await both_slots_decoding(engine)
             os.killpg(engine.proc.pid, signal.SIGKILL)
             return await task
 
@@ -111,7 +126,9 @@ def test_64_concurrent_streams_against_4_slots():
     with LlamaCppEngine(EngineConfig(ctx=4 * 160, parallel=4)) as engine:
         endpoint = endpoint_for(engine)
         tracemalloc.start()
-        result = run_blocking(run_load(endpoint, specs(64, 8, "Name a colour."), concurrency=64, progress=False, timeout_s=120))
+        # the last of 64 requests waits for 15 rounds of 4 slots: on a busy machine that is minutes, so the
+        # timeout bounds a hang, not the machine's speed
+        result = run_blocking(run_load(endpoint, specs(64, 8, "Name a colour."), concurrency=64, progress=False, timeout_s=900))
         _, peak_bytes = tracemalloc.get_traced_memory()
         tracemalloc.stop()
         assert engine.is_running()

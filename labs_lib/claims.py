@@ -176,6 +176,43 @@ def kv_claims_table(seed: int = 0) -> pd.DataFrame:
                 "true for an MHA 7B (Llama-2-7B); GQA models (Llama-3.1-8B, Qwen2.5-7B) need 4-9x less",
             )
         )
+    c = claim("s002-13b-on-4090")
+    plan = plan_capacity(
+        c["model"],
+        c["max_model_len"],
+        kv_dtype="fp16",
+        gpu=c["gpu"],
+        gpu_memory_utilization=c["gpu_memory_utilization"],
+        weight_dtype="fp16",
+    )
+    rows.append(
+        row(
+            "s002-13b-on-4090",
+            "cannot start" if not plan.fits_one_request else f"{plan.max_concurrency:.1f} sequences",
+            f"vLLM on {plan.gpu}",
+            None if plan.fits_one_request else False,
+            f"fp16 weights are {plan.weight_bytes_per_rank / GIB:.2f} GiB; vLLM may use {plan.requested_bytes / GIB:.2f} GiB "
+            f"({plan.gpu_memory_bytes / GIB:.2f} GiB x {plan.gpu_memory_utilization}): no KV pool at all, so the table "
+            "beside it was not measured with this setup (an AWQ/GPTQ 13B or an 8B model would fit)",
+        )
+    )
+    example = plan_capacity("llama-2-7b", 2048, kv_dtype="fp16", gpu_memory_gib=24, weight_gib=14, gpu_memory_utilization=0.9)
+    split = (
+        f"of 24 GiB x 0.9 = {example.requested_bytes / GIB:.1f} GiB: weights {example.weight_bytes_per_rank / GIB:.0f} + "
+        f"activations ~{example.overhead_bytes / GIB:.0f} + KV {example.available_kv_bytes / GIB:.1f} GiB"
+    )
+    for cid, rest in (("s000-util-rest-for-weights", "10%"), ("s002-util-8pct-temp", "8%")):
+        rows.append(
+            row(
+                cid,
+                split,
+                "what the fraction holds",
+                False,
+                f"the fraction is vLLM's whole budget: weights, the activation peak it profiles and the KV pool all come out "
+                f"of it; the remaining {rest} is what vLLM leaves to everything else on the card (CUDA contexts of other "
+                "processes, a desktop)",
+            )
+        )
     lengths = _example_lengths(seed)
     util = allocation_utilization(lengths, max_len=4096, block_size=16)
     rows.append(
@@ -194,3 +231,53 @@ def _example_lengths(seed: int = 0, n: int = 1000) -> list[int]:
     """A chat-like length mix: log-normal, median 512 tokens, capped at 4,096."""
     rng = np.random.default_rng(seed)
     return [int(x) for x in np.clip(rng.lognormal(np.log(512), 0.8, n), 16, 4096)]
+
+
+AWQ_GROUP = 128  # AutoAWQ's and GPTQ's usual group size: one fp16 scale and one 4-bit zero per 128 weights
+
+
+def awq_memory(model: str = "llama-2-7b", gpu: str = "RTX-4090", gpu_memory_utilization: float = 0.9) -> dict:
+    """Seed 001's "AWQ/GPTQ 4-bit saves more than half the GPU memory", computed: the weights' bytes (linear
+    layers in 4 bits + group scales and zeros; embedding and LM head untied and kept in fp16, as AutoAWQ
+    leaves them) against fp16, and what vLLM then does with the card: it still takes total x utilization,
+    so the saving becomes KV pool (planner) rather than free memory."""
+    spec = load_model(model)
+    embedding_params = 2 * spec.vocab_size * spec.hidden_size  # input embedding + untied LM head (Llama 2)
+    linear_params = spec.params - embedding_params
+    bits_per_weight = 4 + (16 + 4) / AWQ_GROUP
+    awq_bytes = int(linear_params * bits_per_weight / 8 + embedding_params * 2)
+    fp16_bytes = weight_bytes(spec, "fp16")
+    plans = {
+        name: plan_capacity(
+            spec, 4096, kv_dtype="fp16", gpu=gpu, gpu_memory_utilization=gpu_memory_utilization, weight_gib=nbytes / GIB
+        )
+        for name, nbytes in (("fp16", fp16_bytes), ("awq", awq_bytes))
+    }
+    return {
+        "model": spec.name,
+        "gpu": plans["fp16"].gpu,
+        "bits_per_weight": bits_per_weight,
+        "fp16_weight_bytes": fp16_bytes,
+        "awq_weight_bytes": awq_bytes,
+        "weight_saving": 1 - awq_bytes / fp16_bytes,
+        "vllm_reserved_bytes": plans["fp16"].requested_bytes,  # the same for both: total x utilization
+        "kv_pool_bytes_fp16": plans["fp16"].available_kv_bytes,
+        "kv_pool_bytes_awq": plans["awq"].available_kv_bytes,
+        "max_concurrency_fp16": plans["fp16"].max_concurrency,
+        "max_concurrency_awq": plans["awq"].max_concurrency,
+    }
+
+
+def sdk_stream_default() -> tuple[str, bool]:
+    """(what the installed OpenAI SDK sends for `stream` when the caller says nothing, whether that streams)."""
+    import inspect
+
+    import openai
+    from openai.resources.chat.completions import Completions
+
+    default = inspect.signature(Completions.create).parameters["stream"].default
+    streams = default is True
+    return (
+        f"openai {openai.__version__}: stream defaults to {type(default).__name__} (field left out: the server answers whole)",
+        streams,
+    )

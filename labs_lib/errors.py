@@ -7,7 +7,9 @@ exit status 2; notebooks show it as one line (see `labs_lib.notebook.setup`).
 
 from __future__ import annotations
 
+import errno
 import os
+import tempfile
 from pathlib import Path
 
 from .redact import looks_like_key, redact
@@ -40,6 +42,40 @@ def read_user_file(path: str | os.PathLike, what: str, allowed: str) -> str:
         raise BadInput(what, str(path), f"allowed: a path to an existing {allowed}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise BadInput(what, str(path), f"it is not a readable text file ({type(exc).__name__}); allowed: {allowed}") from None
+
+
+MIN_FREE_BYTES = 1 << 20  # less than this where results go: "the disk is full", said before any work starts
+
+
+def writable_path(what: str, path: str | os.PathLike, *, folder: bool = False) -> Path:
+    """`path` checked before any engine starts: a results file (or, folder=True, a folder for them) that can
+    be written, on a disk with room. A missing parent folder is created; nothing else is written."""
+    p = Path(path).expanduser()
+    kind = "a folder" if folder else "a file path"
+    if not folder and p.is_dir():
+        raise BadInput(what, str(p), f"it is a directory; allowed: {kind} in a writable folder")
+    if folder and p.exists() and not p.is_dir():
+        raise BadInput(what, str(p), f"it is a file; allowed: {kind} (existing or new) in a writable place")
+    where = p if folder else p.parent
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=where):
+            pass
+        if not folder and p.exists():
+            with p.open("a"):
+                pass
+    except OSError as exc:
+        reason = "read-only file system" if exc.errno == errno.EROFS else (exc.strerror or type(exc).__name__).lower()
+        raise BadInput(what, str(p), f"it cannot be written ({reason}); allowed: {kind} in a writable folder") from None
+    stat = os.statvfs(where)
+    free = stat.f_bavail * stat.f_frsize
+    if free < MIN_FREE_BYTES:
+        raise BadInput(what, str(p), f"the disk holding it is full ({free:,} bytes free); allowed: a place with room")
+    return p
+
+
+class ResultsNotSaved(LabsError):
+    """Writing a result failed (disk full, file system gone read-only); what was written before is kept."""
 
 
 class EngineError(LabsError):

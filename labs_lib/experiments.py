@@ -66,7 +66,7 @@ def prompt_length_sweep(
     max_tokens: int = 8,
     extra: dict | None = None,
 ) -> pd.DataFrame:
-    """Median TTFT against prompt length (requests one at a time: prefill alone)."""
+    """Median TTFT (prefill) and TPOT (decode with that much context) against prompt length, one request at a time."""
     rows = []
     for n in lengths:
         recs = _one_by_one(
@@ -78,6 +78,10 @@ def prompt_length_sweep(
                 "prompt_tokens_target": n,
                 "prompt_tokens": int(np.median([r.prompt_tokens for r in ok])) if ok else None,
                 "ttft_ms": float(np.median([r.ttft_ms for r in ok])) if ok else None,
+                # every decode step reads the whole cache: TPOT grows with the context, not only with the output
+                "tpot_ms": float(np.median([r.tpot_ms for r in ok if r.tpot_ms is not None]))
+                if any(r.tpot_ms is not None for r in ok)
+                else None,
                 "server_prompt_ms": float(np.median([r.server_prompt_ms for r in ok if r.server_prompt_ms is not None]))
                 if any(r.server_prompt_ms is not None for r in ok)
                 else None,

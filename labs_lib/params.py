@@ -64,7 +64,6 @@ def lab02(
     concurrency_levels,
     requests_per_level,
     quick,
-    interactive,
 ) -> SimpleNamespace:
     from .endpoints import BUILTIN, check_url
 
@@ -89,7 +88,6 @@ def lab02(
         concurrency_levels=int_list("concurrency_levels", concurrency_levels, maximum=1024),
         requests_per_level=positive_int("requests_per_level", requests_per_level, maximum=100_000),
         quick=quick,
-        interactive=flag("interactive", interactive),
     )
     if quick:  # small sizes for CI: the same experiments, fewer and shorter requests
         p.repeats = min(p.repeats, 2)
@@ -103,7 +101,7 @@ def lab02(
     return p
 
 
-def lab03(*, engine, model, slo_ttft_ms, slo_tpot_ms, resume, quick, interactive) -> SimpleNamespace:
+def lab03(*, engine, model, slo_ttft_ms, slo_tpot_ms, resume, quick) -> SimpleNamespace:
     if model is not None and not isinstance(model, str):
         raise BadInput("model", model, "allowed: None (the grids' model) or a model id / path string")
     kind = resolve_kind(engine_name(engine))
@@ -115,11 +113,10 @@ def lab03(*, engine, model, slo_ttft_ms, slo_tpot_ms, resume, quick, interactive
         slo_tpot_ms=positive_number("slo_tpot_ms", slo_tpot_ms),
         resume=flag("resume", resume),
         quick=flag("quick", quick),
-        interactive=flag("interactive", interactive),
     )
 
 
-def lab04(*, engine, variants, kv_dtypes, eval_tokens, gpu_models, quick, interactive) -> SimpleNamespace:
+def lab04(*, engine, variants, kv_dtypes, eval_tokens, gpu_models, quick) -> SimpleNamespace:
     from .quant import check_variant
     from .quant_compare import KV_DTYPES, VLLM_CPU_MODELS
 
@@ -143,7 +140,6 @@ def lab04(*, engine, variants, kv_dtypes, eval_tokens, gpu_models, quick, intera
         eval_tokens=positive_int("eval_tokens", eval_tokens, maximum=4096),
         gpu_models=list(gpu_models),
         quick=quick,
-        interactive=flag("interactive", interactive),
     )
     if quick:
         p.variants = [v for v in names if v in ("F16", "Q8_0", "Q4_0", "Q4_K_M")] or names[:2]
@@ -151,11 +147,10 @@ def lab04(*, engine, variants, kv_dtypes, eval_tokens, gpu_models, quick, intera
     return p
 
 
-def lab05(*, ctx_per_request, quick, interactive) -> SimpleNamespace:
+def lab05(*, ctx_per_request, quick) -> SimpleNamespace:
     return SimpleNamespace(
         ctx_per_request=positive_int("ctx_per_request", ctx_per_request, minimum=256, maximum=32768),
         quick=flag("quick", quick),
-        interactive=flag("interactive", interactive),
     )
 
 

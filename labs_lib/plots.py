@@ -38,7 +38,7 @@ def kv_memory_figure(
     ax_batch.scatter([batch], [here.kv_bytes / GIB], color="black", zorder=5)
     ax_batch.set(xlabel="concurrent sequences", ylabel="KV cache (GiB)", title=f"{spec.name} at {seq_len:,} tokens")
     for ax in (ax_len, ax_batch):
-        if budget_gib:
+        if budget_gib is not None:  # a pool of 0 GiB is drawn too: nothing fits
             ax.axhline(budget_gib, color="red", ls="--", lw=1)
             ax.text(ax.get_xlim()[0], budget_gib, f" KV budget {budget_gib:.1f} GiB", color="red", va="bottom", fontsize=8)
         ax.grid(alpha=0.3)

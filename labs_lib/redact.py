@@ -35,8 +35,11 @@ def mask(key: str | None) -> str:
 
 def remember(key: str | None) -> None:
     """Mask this exact value wherever `redact` sees it from now on (keys shorter than 6 characters excepted)."""
-    if key and len(key.strip()) >= 6:
-        _known.add(key.strip())
+    key = (key or "").strip()
+    if key.lower().startswith("bearer "):  # a whole header value: the token alone may be echoed too
+        remember(key[7:])
+    if len(key) >= 6:
+        _known.add(key)
 
 
 def redact(text: object) -> str:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from .errors import BadInput
+from .errors import BadInput, writable_path
 from .params import check_notebook, engine_name
 from .paths import NOTEBOOKS_DIR, RUNS_DIR
 from .redact import looks_like_key
@@ -183,8 +183,10 @@ def run_series(
     given = {"quick": quick, "interactive": False, "engine": engine, **params}
     for nb in notebooks:
         check_parameters(nb, declared[nb], {k: v for k, v in given.items() if k in declared[nb]})
+    if out_dir is not None:
+        out_dir = writable_path("--out", out_dir, folder=True)  # before any kernel or engine starts
     if out_dir is None:
-        out_dir = RUNS_DIR / datetime.now().strftime("%Y%m%d-%H%M%S")
+        out_dir = writable_path("runs folder", RUNS_DIR / datetime.now().strftime("%Y%m%d-%H%M%S"), folder=True)
         latest = RUNS_DIR / "latest"
         out_dir.mkdir(parents=True, exist_ok=True)
         if latest.is_symlink() or latest.exists():

@@ -19,6 +19,7 @@ to start, or a point that times out, becomes a row with the error and the engine
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import itertools
@@ -35,7 +36,7 @@ import yaml
 from .endpoints import endpoint_for
 from .engines import KINDS, EngineConfig, engine_class, make_engine
 from .engines.metrics import delta, scrape
-from .errors import BadInput, LabsError, positive_int, positive_number, read_user_file
+from .errors import BadInput, LabsError, ResultsNotSaved, positive_int, positive_number, read_user_file, writable_path
 from .gpu import read_gpus
 from .load import SLO, run_load, summarize, warm_up
 from .prompts import PromptFactory
@@ -245,11 +246,29 @@ def read_rows(path: str | Path, *, repair: bool = False) -> list[dict]:
 
 
 def append_row(path: Path, row: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as f:
-        f.write(_dump(row) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    """One line, whole or not at all: a write that fails (disk full) is cut back, the rows before it stay."""
+    line = (_dump(row) + "\n").encode()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise ResultsNotSaved(f"{path}: {exc.strerror or exc}; nothing was lost, re-run to resume") from None
+    size = os.fstat(fd).st_size
+    try:
+        view = memoryview(line)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, size)
+        kept = len(read_rows(path)) if path.exists() else 0
+        raise ResultsNotSaved(
+            f"{path}: {exc.strerror or exc} while saving a point; the {kept} row(s) before it are intact; "
+            "make room and re-run the same command to resume"
+        ) from None
+    finally:
+        os.close(fd)
 
 
 def load_results(path: str | Path) -> pd.DataFrame:
@@ -349,59 +368,69 @@ async def run_sweep(
     """Run every point not already in out_path; returns all results as a DataFrame."""
     from tqdm.auto import tqdm
 
-    out_path = Path(out_path)
+    out_path = writable_path("results file", out_path)  # before any engine starts
     done = {r["point_id"] for r in read_rows(out_path, repair=True)}
     points = [p for p in grid.points() if p.point_id(grid.engine) not in done]
     bar = tqdm(total=len(points), desc=f"sweep {grid.name}", unit="point", disable=not progress)
     by_config: dict[str, list[Point]] = {}
     for p in points:
         by_config.setdefault(json.dumps(p.config, sort_keys=True, default=str), []).append(p)
-    for pending in by_config.values():
-        config = EngineConfig(**pending[0].config)
-        engine = make_engine(grid.engine, config)
-        try:
-            engine.start(**({"timeout_s": start_timeout_s} if start_timeout_s else {}))
-            start_error = None
-        except (LabsError, OSError) as exc:
-            start_error = str(exc)
-        try:
-            for point in pending:
-                row = {
-                    "schema": SCHEMA,
-                    "point_id": point.point_id(grid.engine),
-                    "grid": grid.name,
-                    "engine": grid.engine,
-                    "config": point.config,
-                    "workload": asdict(point.workload) if point.workload else None,
-                    "level": point.level,
-                    "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                    "status": "ok",
-                    "error": None,
-                    "log_tail": None,
-                    "engine_start_s": engine.started_s,
-                }
-                t0 = time.perf_counter()
-                if start_error:
-                    row |= {"status": "failed", "error": f"engine did not start: {start_error}", "log_tail": engine.log_tail(15)}
-                else:
-                    try:
-                        row |= await _run_point(engine, grid.engine, point, slo, point_timeout_s)
-                    except TimeoutError:
+    try:  # the bar ends before any error is printed, so the error is a line of its own
+        for pending in by_config.values():
+            config = EngineConfig(**pending[0].config)
+            engine = make_engine(grid.engine, config)
+            try:
+                engine.start(**({"timeout_s": start_timeout_s} if start_timeout_s else {}))
+                start_error = None
+            except (LabsError, OSError) as exc:
+                start_error = str(exc)
+            try:
+                for point in pending:
+                    row = {
+                        "schema": SCHEMA,
+                        "point_id": point.point_id(grid.engine),
+                        "grid": grid.name,
+                        "engine": grid.engine,
+                        "config": point.config,
+                        "workload": asdict(point.workload) if point.workload else None,
+                        "level": point.level,
+                        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                        "status": "ok",
+                        "error": None,
+                        "log_tail": None,
+                        "engine_start_s": engine.started_s,
+                    }
+                    t0 = time.perf_counter()
+                    if start_error:
                         row |= {
                             "status": "failed",
-                            "error": f"point timed out after {point_timeout_s:.0f} s",
+                            "error": f"engine did not start: {start_error}",
                             "log_tail": engine.log_tail(15),
                         }
-                    except LabsError as exc:
-                        row |= {"status": "failed", "error": str(exc), "log_tail": engine.log_tail(15)}
-                    if row["status"] == "ok" and not engine.is_running():
-                        row |= {"status": "failed", "error": "the engine died during the point", "log_tail": engine.log_tail(15)}
-                row["wall_s"] = round(time.perf_counter() - t0, 3)
-                append_row(out_path, row)
-                bar.update(1)
-        finally:
-            engine.stop()
-    bar.close()
+                    else:
+                        try:
+                            row |= await _run_point(engine, grid.engine, point, slo, point_timeout_s)
+                        except TimeoutError:
+                            row |= {
+                                "status": "failed",
+                                "error": f"point timed out after {point_timeout_s:.0f} s",
+                                "log_tail": engine.log_tail(15),
+                            }
+                        except LabsError as exc:
+                            row |= {"status": "failed", "error": str(exc), "log_tail": engine.log_tail(15)}
+                        if row["status"] == "ok" and not engine.is_running():
+                            row |= {
+                                "status": "failed",
+                                "error": "the engine died during the point",
+                                "log_tail": engine.log_tail(15),
+                            }
+                    row["wall_s"] = round(time.perf_counter() - t0, 3)
+                    append_row(out_path, row)
+                    bar.update(1)
+            finally:
+                engine.stop()
+    finally:
+        bar.close()
     return load_results(out_path)
 
 

@@ -27,6 +27,7 @@ import httpx
 import orjson
 
 from .endpoints import Endpoint
+from .redact import redact
 from .sse import data_bytes, split_lines
 
 TIMEOUT_S = 300.0
@@ -198,6 +199,8 @@ class StreamTimer:
             self._partial = b""
         if error and not rec.error:
             rec.error = error
+        if rec.error:  # servers and gateways may quote the credentials they received
+            rec.error = redact(rec.error)
         rec.chunks = len(self.times)
         rec.text = "".join(self.texts)
         if self.usage:
@@ -241,7 +244,7 @@ def _http_error(status: int, body: bytes) -> str:
     except (json.JSONDecodeError, AttributeError):
         title = re.search(r"<title>(.*?)</title>", text, re.IGNORECASE | re.DOTALL)
         message = title.group(1) if title else re.sub(r"<[^>]+>", " ", text)
-    return f"HTTP {status}: " + " ".join(str(message).split())[:200]
+    return f"HTTP {status}: " + " ".join(redact(message).split())[:200]  # masked before it is cut
 
 
 # what a request can raise on its way: httpx's errors, a stream closed or consumed under it, the OS, bad bytes

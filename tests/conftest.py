@@ -111,14 +111,19 @@ def tagged_pids(tag: str) -> list[int]:
     return pids
 
 
-def engine_pids(tag: str) -> list[int]:
+ENGINE_PROCESSES = (b"llamacpp_launcher", b"vllm.entrypoints.openai.api_server", b"VLLM::EngineCore")
+
+
+def engine_pids(tag: str, names: tuple[bytes, ...] = ENGINE_PROCESSES) -> list[int]:
+    """Tagged engine processes: llama.cpp's launcher, vLLM's API server and its engine core."""
     out = []
     for pid in tagged_pids(tag):
         try:
-            if b"llamacpp_launcher" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                out.append(pid)
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
-            pass
+            continue
+        if any(name in cmdline for name in names):
+            out.append(pid)
     return out
 
 

@@ -6,12 +6,16 @@ is down (502, the body nginx sends). Modes:
 - "cut_before_usage": forward the response until the SSE line that carries a non-null `usage`, then
   drop both connections (a connection lost at the end of a stream).
 - "gateway": forward; when the upstream refuses the connection, answer 502 Bad Gateway.
+- "echo_auth": forward; when the upstream answers 401, answer 401 with a body that echoes the
+  Authorization header the client sent (gateways that "help" by quoting the credentials they got).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import re
 import threading
 
 BAD_GATEWAY_BODY = (
@@ -24,12 +28,28 @@ BAD_GATEWAY = (
 )
 
 
+_AUTHORIZATION = re.compile(rb"^authorization:[ \t]*(.*?)\r?$", re.IGNORECASE | re.MULTILINE)
+
+
+def echoed_401(request_head: bytes, upstream_head: bytes) -> bytes:
+    """A 401 quoting the credentials received and the upstream's status line."""
+    sent = _AUTHORIZATION.search(request_head)
+    status = upstream_head.split(b"\r\n", 1)[0].decode(errors="replace")
+    message = f"upstream said {status}; credentials received: Authorization: {sent.group(1).decode() if sent else '(none)'}"
+    body = json.dumps({"error": {"message": message, "type": "invalid_request_error", "code": "invalid_api_key"}}).encode()
+    return (
+        b"HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\nConnection: close\r\n"
+        b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+    )
+
+
 class FaultProxy:
     def __init__(self, upstream_port: int, mode: str = "pass"):
         self.upstream_port, self.mode = upstream_port, mode
         self.loop = asyncio.new_event_loop()
         self.port = 0
         self.cuts = 0
+        self.echoed: list[str] = []  # echo_auth: the bodies sent in the upstream's place
         ready = threading.Event()
         self.thread = threading.Thread(target=self._run, args=(ready,), daemon=True)
         self.thread.start()
@@ -58,10 +78,21 @@ class FaultProxy:
             client_w.close()
             return
 
+        request_head = bytearray()
+
         async def pump(reader, writer, response: bool):
             seen = b""
             try:
                 while data := await reader.read(65536):
+                    if not response and len(request_head) < 65536:
+                        request_head.extend(data)
+                    if response and self.mode == "echo_auth" and not seen and data.startswith(b"HTTP/1.1 401"):
+                        answer = echoed_401(bytes(request_head), data)
+                        self.echoed.append(answer.decode(errors="replace"))
+                        writer.write(answer)
+                        await writer.drain()
+                        self.cuts += 1
+                        break
                     if response and self.mode == "cut_before_usage":
                         seen += data
                         at = seen.find(b'"usage":{')

@@ -1,6 +1,7 @@
 """The bench/ scripts start from a fresh clone; the cheap one runs whole (its verdict is not judged
 here: speed is shown by the scripts, not asserted by tests)."""
 
+import os
 import subprocess
 import sys
 
@@ -18,9 +19,14 @@ SCRIPTS = [
 ]
 
 
-def bench(name: str, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+def bench(name: str, *args: str, timeout: int = 120, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(REPO / "bench" / f"{name}.py"), *args], capture_output=True, text=True, timeout=timeout, cwd=REPO
+        [sys.executable, str(REPO / "bench" / f"{name}.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -41,8 +47,13 @@ def test_headroom_runs_and_ends_with_a_verdict():
 
 
 def test_client_comparison_says_why_without_guidellm():
-    done = bench("client_comparison", "--guidellm", "/nonexistent/guidellm")
+    done = bench("client_comparison", "--client", "guidellm", "--guidellm", "/nonexistent/guidellm")
     assert done.returncode == 1 and "guidellm not found" in done.stdout and done.stdout.strip().endswith("FAIL")
+
+
+def test_client_comparison_says_why_without_vllm():
+    done = bench("client_comparison", "--client", "vllm", env={"LABS_VLLM_PYTHON": "/nonexistent/python"})
+    assert done.returncode == 1 and "no vLLM found" in done.stdout and done.stdout.strip().endswith("FAIL")
 
 
 def test_gpu_smoke_check_says_when_there_is_no_gpu():

@@ -19,6 +19,8 @@ from labs_lib.engines import EngineConfig
 from labs_lib.engines.llamacpp import LlamaCppEngine
 from labs_lib.paths import DATA_DIR
 
+SLOW_S = 300.0  # bounds a hang; a busy 2-core machine can take many seconds for one short answer
+
 KEY = fake_key("doctor-canary-")
 
 
@@ -48,7 +50,7 @@ pytestmark = pytest.mark.engine
 
 
 def test_healthy_setup_passes_every_check(engine):
-    report = run_doctor(endpoint_for(engine))
+    report = run_doctor(endpoint_for(engine), timeout_s=SLOW_S)
     assert report.ok and [c.status for c in report.checks].count("fail") == 0
     names = [c.name for c in report.checks]
     assert [n.split(" ")[0] for n in names] == ["1", "1", "1", "2", "2", "3", "4", "5", "6", "7", "8"]
@@ -81,7 +83,7 @@ def test_doctor_names_the_real_cause(engine, monkeypatch, setup, check, cause):
         monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
         monkeypatch.delenv("NO_PROXY", raising=False)
         monkeypatch.delenv("no_proxy", raising=False)
-    report = run_doctor(ep)
+    report = run_doctor(ep, timeout_s=SLOW_S)
     failed = first_failure(report)
     assert failed is not None and failed.name == check and cause in failed.cause, report.text()
     assert KEY not in json.dumps(report.to_dict())
@@ -102,16 +104,16 @@ def test_doctor_names_the_real_cause(engine, monkeypatch, setup, check, cause):
 def test_proxy_fixed_by_no_proxy(engine, monkeypatch):
     monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
     monkeypatch.setenv("NO_PROXY", "localhost,127.0.0.1")
-    report = run_doctor(endpoint_for(engine))
+    report = run_doctor(endpoint_for(engine), timeout_s=SLOW_S)
     assert report.ok and "directly" in report.checks[2].evidence
 
 
 def test_lenient_server_is_flagged_for_unknown_models_and_missing_v1(engine):
     ep = endpoint_for(engine)
-    unknown = run_doctor(Endpoint("x", ep.base_url, "gpt-9", ep.api_key_env))
+    unknown = run_doctor(Endpoint("x", ep.base_url, "gpt-9", ep.api_key_env), timeout_s=SLOW_S)
     model = next(c for c in unknown.checks if c.name == "5 model")
     assert unknown.ok and model.status == "warn" and "ignores unknown model names" in model.cause and "gemma-3-270m" in model.fix
-    no_v1 = run_doctor(Endpoint("x", ep.root_url, ep.model, ep.api_key_env))
+    no_v1 = run_doctor(Endpoint("x", ep.root_url, ep.model, ep.api_key_env), timeout_s=SLOW_S)
     assert no_v1.checks[1].status == "warn" and no_v1.checks[1].fix.endswith("/v1")
 
 
@@ -127,12 +129,14 @@ def test_diagnose_real_sdk_and_user_code_failures(engine):
             engine.base_url + "/chat/completions",
             headers={"Authorization": "Bearer sk-nope-000000"},
             json={"messages": [{"role": "user", "content": "Hi"}]},
+            timeout=SLOW_S,
         ).json()["choices"],
         "choices_empty": lambda: [ch.choices[0] for ch in chat(c, stream=True, stream_options={"include_usage": True})],
         "stream_as_json": lambda: httpx.post(
             engine.base_url + "/chat/completions",
             headers={"Authorization": f"Bearer {KEY}"},
             json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "stream": True},
+            timeout=SLOW_S,
         ).json(),
     }
     for code, call in cases.items():
@@ -267,3 +271,11 @@ def test_config_file_errors(tmp_path):
     assert_one_line_error(run_cli("doctor", "--config", str(broken)), "broken.json")
     exit_code = run_cli("doctor", "--config", str(DATA_DIR / "client_configs" / "auth.json")).returncode
     assert exit_code == 1
+
+
+def test_an_sdk_without_a_key_is_diagnosed_as_no_key_sent(monkeypatch):
+    """The OpenAI SDK refuses to build a client without a key: a client-side failure, not a 401."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(openai.OpenAIError) as caught:
+        openai.OpenAI(base_url="http://127.0.0.1:9/v1")
+    assert diagnose(caught.value).code == "no_key"

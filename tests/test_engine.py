@@ -219,8 +219,10 @@ def test_api_key_is_enforced_and_never_logged(monkeypatch):
     monkeypatch.setenv("LABS_ENGINE_TEST_KEY", fake_key("enginetest-canary-"))
     with LlamaCppEngine(EngineConfig(api_key_env="LABS_ENGINE_TEST_KEY")) as e:
         body = {"model": e.model_id, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
-        assert httpx.post(e.base_url + "/chat/completions", json=body).status_code == 401
-        ok = httpx.post(e.base_url + "/chat/completions", json=body, headers={"Authorization": f"Bearer {e.api_key}"})
+        assert httpx.post(e.base_url + "/chat/completions", json=body, timeout=300).status_code == 401
+        ok = httpx.post(
+            e.base_url + "/chat/completions", json=body, headers={"Authorization": f"Bearer {e.api_key}"}, timeout=300
+        )  # the timeout bounds a hang: a busy 2-core machine can take long for one short answer
         assert ok.status_code == 200
         argv = Path(f"/proc/{e.pid}/cmdline").read_bytes().decode(errors="replace")
     assert "canary" not in argv and "canary" not in e.log_text()

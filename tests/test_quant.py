@@ -64,6 +64,7 @@ def test_scorer_logprobs_equal_the_engines_own_while_generating_greedily():
                 "return_tokens": True,
                 "ignore_eos": True,
             },
+            timeout=300,
         ).json()
         generated = gen["tokens"]
         engine_logprobs = np.array([p["logprob"] for p in gen["completion_probabilities"]])

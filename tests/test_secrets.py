@@ -1,12 +1,15 @@
 """Secrets never leak: canary keys through bench, sweep and doctor (the notebooks are covered by
 test_notebooks.py), on success and on failure; every printed line, results file and engine log is
-searched for them and for any unmasked sk- string."""
+searched for them and for any unmasked sk- string. Keys of every shape (sk-, bare hex, a short key
+with another provider's prefix, a whole "Bearer …" value) pass a gateway that echoes credentials."""
 
 import json
+import secrets
 import time
 
 import pytest
 from conftest import fake_key, files_changed_since, find_leaks, make_canaries, run_cli
+from fault_proxy import FaultProxy
 
 from labs_lib.engines import EngineConfig
 from labs_lib.engines.llamacpp import LlamaCppEngine
@@ -125,3 +128,59 @@ def test_no_engine_log_holds_a_canary(keyed):
     for log in logs:
         assert_clean(keys, log.read_text(errors="replace"))
     assert_clean(keys, engine.log_text())
+
+
+KEY_FORMS = {  # made at run time; the engine requires the bare token, the client's variable holds the form
+    "sk-prefixed": lambda: fake_key("form"),
+    "bare hex": lambda: secrets.token_hex(20),
+    "another provider's prefix, short": lambda: "gsk_" + secrets.token_hex(8),
+    "a whole 'Bearer …' value": lambda: "Bearer " + secrets.token_hex(16),
+}
+
+
+def bare(value: str) -> str:
+    return value.removeprefix("Bearer ")
+
+
+@pytest.mark.parametrize("form", KEY_FORMS)
+def test_keys_of_every_form_are_never_shown_even_when_a_gateway_echoes_them(form, tmp_path, monkeypatch):
+    """bench and doctor through a gateway that quotes back the credentials it received: the right key, a
+    wrong key of the same form, and a key pasted into a client config; no output, file or log shows one."""
+    right, wrong = KEY_FORMS[form](), KEY_FORMS[form]()
+    monkeypatch.setenv("FORM_ENGINE_KEY", bare(right))
+    monkeypatch.setenv("FORM_RIGHT_KEY", right)
+    monkeypatch.setenv("FORM_WRONG_KEY", wrong)
+    canaries = {"right": bare(right), "wrong": bare(wrong)}
+    started = time.time()
+    with LlamaCppEngine(EngineConfig(ctx=512, parallel=1, api_key_env="FORM_ENGINE_KEY")) as engine:
+        with FaultProxy(engine.port, "echo_auth") as gateway:
+            common = ["--base-url", gateway.base_url, "--model", engine.model_id]
+            shape = ["--concurrency", "1", "--requests", "1", "--max-tokens", "2", "--prompt-tokens", "8"]
+            runs = {
+                "bench right": run_cli(
+                    "bench", *common, "--api-key-env", "FORM_RIGHT_KEY", *shape, "--out", str(tmp_path / "r.json")
+                ),
+                "bench wrong": run_cli(
+                    "bench", *common, "--api-key-env", "FORM_WRONG_KEY", *shape, "--out", str(tmp_path / "w.json")
+                ),
+                "doctor wrong": run_cli("doctor", *common, "--api-key-env", "FORM_WRONG_KEY"),
+                "doctor wrong json": run_cli("doctor", *common, "--api-key-env", "FORM_WRONG_KEY", "--json"),
+            }
+            config = tmp_path / "client.json"
+            config.write_text(json.dumps({"base_url": gateway.base_url, "api_key": wrong, "model": engine.model_id}))
+            runs["doctor config"] = run_cli("doctor", "--config", str(config), "--json")
+            echoed = gateway.echoed
+        engine_log = engine.log_text()
+    # the gateway really quoted the wrong key back: the test can fail
+    assert any(canaries["wrong"] in body for body in echoed), echoed
+    bearer = form.startswith("a whole")  # sent as "Bearer Bearer …", as the OpenAI SDK would: refused, and diagnosed
+    assert runs["bench right"].returncode == (1 if bearer else 0), runs["bench right"].stdout
+    assert runs["bench wrong"].returncode == 1 and runs["doctor wrong"].returncode == 1
+    if bearer:
+        assert "'Bearer ' prefix" in runs["doctor wrong"].stdout
+    saved = [p.read_text() for p in tmp_path.iterdir() if p.suffix in (".json", ".csv") and p.name != "client.json"]
+    assert saved
+    logs = [p.read_text(errors="replace") for p in files_changed_since(cache_dir() / "logs", started)]
+    for name, done in runs.items():
+        assert not find_leaks(done.stdout + done.stderr, canaries), (name, find_leaks(done.stdout + done.stderr, canaries))
+    assert_clean(canaries, *saved, *logs, engine_log)

@@ -18,6 +18,7 @@ from labs_lib.engines.vllm import (
     known_flags,
     parse_help_flags,
     parse_startup_log,
+    sentencepiece_text,
     serve_args,
     unknown_flags,
 )
@@ -253,3 +254,13 @@ def test_a_vllm_api_key_in_the_environment_does_not_lock_an_engine_configured_wi
     monkeypatch.setenv("MY_VLLM_KEY", "k-" + "x" * 20)
     _, env, _ = VLLMEngine(EngineConfig(model="Qwen/Qwen2.5-7B-Instruct", api_key_env="MY_VLLM_KEY"))._command()
     assert env["VLLM_API_KEY"] == "k-" + "x" * 20
+
+
+def test_sentencepiece_names_become_text_one_piece_per_token():
+    """Gemma's /tokenize names (vLLM, return_token_strs): "▁" a space; byte tokens for what the vocabulary lacks
+    (here é = C3 A9 as two byte tokens), decoded together and held by the first."""
+    names = ["The", "\u2581caf", "<0xC3>", "<0xA9>", "\u2581is", "\u2581open"]
+    pieces = sentencepiece_text(names)
+    assert len(pieces) == len(names)
+    assert "".join(pieces) == "The café is open"
+    assert pieces[2:4] == ["é", ""]

@@ -58,6 +58,16 @@ def test_role_chunk_comes_after_prefill_with_the_first_token(vllm):
     assert role_s * 1000 >= 0.9 * rec.ttft_ms, (role_s, rec.ttft_ms)  # not sent "at once, before prefill"
 
 
+def test_prompts_have_exact_token_lengths_on_vllm_too(vllm):
+    """The prompt factory cuts at vLLM's own token boundaries (its /tokenize names), as on llama.cpp."""
+    tokenizer = vllm.prompt_tokenizer()
+    assert tokenizer is not None
+    text = " ".join(corpus_text().split())
+    assert "".join(tokenizer(text)) == text
+    factory = PromptFactory(tokenizer, seed=7)
+    assert [len(vllm.tokenize_text(p)[1]) for p in factory.prompts(3, 97)] == [97, 97, 97]
+
+
 def test_harness_tokens_equal_the_engines_counters(vllm):
     endpoint = endpoint_for(vllm)
     before = scrape(vllm.root_url, endpoint.headers())
@@ -114,6 +124,7 @@ def test_serve_cli_starts_vllm_and_stops_on_sigint_leaving_nothing():
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # Ctrl-C works even if the suite runs in the background
     )
     lines = []
     try:

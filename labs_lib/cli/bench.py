@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from .common import add_target_arguments, chosen_target
 
@@ -13,7 +12,7 @@ from .common import add_target_arguments, chosen_target
 def run(args: argparse.Namespace) -> int:
     from ..bench import bench, discover_model, int_list, result_row
     from ..endpoints import Endpoint, open_endpoint
-    from ..errors import positive_int, positive_number
+    from ..errors import ResultsNotSaved, positive_int, positive_number, writable_path
     from ..keys import read_key
     from ..load import run_blocking
 
@@ -25,6 +24,7 @@ def run(args: argparse.Namespace) -> int:
     requests = positive_int("--requests", args.requests, maximum=1_000_000)
     prompt_tokens = positive_int("--prompt-tokens", args.prompt_tokens, maximum=1_000_000)
     max_tokens = positive_int("--max-tokens", args.max_tokens, maximum=1_000_000)
+    out_path = writable_path("--out", args.out) if args.out else None
     parallel = max(concurrency or [4])
     if target == "taotoken" and not args.api_key_env:
         read_key("TAOTOKEN_API_KEY", required=True)
@@ -58,12 +58,6 @@ def run(args: argparse.Namespace) -> int:
         },
         "results": rows,
     }
-    if args.out:
-        path = Path(args.out)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(out, indent=2, default=str))
-        for r in results:
-            r.save(path.with_name(f"{path.stem}-{'c' + str(r.settings['concurrency']) if r.settings['concurrency'] else 'rate'}"))
     if args.json:
         print(json.dumps(out, indent=2, default=str))
     else:
@@ -83,6 +77,17 @@ def run(args: argparse.Namespace) -> int:
         for r in rows:
             for error, count in (r["errors"] or {}).items():
                 print(f"  {count} failed: {error}")
+    if out_path:  # after the results are shown: a disk that says no loses the file, not the measurement
+        try:
+            out_path.write_text(json.dumps(out, indent=2, default=str))
+            for r in results:
+                r.save(
+                    out_path.with_name(
+                        f"{out_path.stem}-{'c' + str(r.settings['concurrency']) if r.settings['concurrency'] else 'rate'}"
+                    )
+                )
+        except OSError as exc:
+            raise ResultsNotSaved(f"{out_path}: {exc.strerror or exc}; the results are shown above, not saved") from None
     completed = sum(r["completed"] for r in rows)
     if completed == 0:
         first = next((e for r in rows for e in (r["errors"] or {})), "unknown")

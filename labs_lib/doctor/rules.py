@@ -29,6 +29,10 @@ class Diagnosis:
 
 
 RULES: dict[str, tuple[str, str]] = {
+    "no_key": (
+        "the OpenAI SDK found no key (no api_key argument, OPENAI_API_KEY unset) and refused to build the client: nothing was sent.",
+        'pass api_key=os.environ["YOUR_KEY_VARIABLE"] (TaoToken: TAOTOKEN_API_KEY) or export OPENAI_API_KEY before starting Python.',
+    ),
     "auth": (
         "the server rejected the key (401): it is missing, wrong, revoked, or meant for another service.",
         "export the right key in the variable the client reads (no quotes, spaces or 'Bearer ' prefix) and check it in the provider's console.",
@@ -190,6 +194,7 @@ TEXT_SIGNS = (
     ("connection_refused", ("connection refused", "errno 111", "connect call failed")),
     ("dns", ("name or service not known", "getaddrinfo", "nodename nor servname", "temporary failure in name")),
     ("timeout", ("timed out", "timeout")),
+    ("no_key", ("missing credentials", "api_key client option must be set")),
     ("auth", ("invalid api key", "unauthorized", "incorrect api key")),
     ("stream_cut", ("stream ended before", "incomplete chunked read", "peer closed connection", "server disconnected")),
     ("context_exceeded", ("exceed_context", "context length")),

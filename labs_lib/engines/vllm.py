@@ -274,6 +274,31 @@ def first_error(text: str) -> str:
     return lines[-1][-400:] if lines else "no output"
 
 
+_BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+
+
+def sentencepiece_text(names: list[str]) -> list[str]:
+    """SentencePiece token names -> their text, one entry per token: a run of byte tokens is decoded as one
+    UTF-8 string held by its first token (the others hold ""), so the pieces still join to the text."""
+    pieces: list[str] = []
+    run: list[int] = []
+
+    def flush() -> None:
+        if run:
+            pieces[len(pieces) - len(run)] = bytes(run).decode(errors="replace")
+            run.clear()
+
+    for name in names:
+        if byte := _BYTE_PIECE.fullmatch(name):
+            run.append(int(byte.group(1), 16))
+            pieces.append("")
+            continue
+        flush()
+        pieces.append(name.replace("\u2581", " "))
+    flush()
+    return pieces
+
+
 class VLLMEngine(Engine):
     """`vllm serve` as a child process (inside labs_lib.engines.guard, so it dies with its parent)."""
 
@@ -374,6 +399,17 @@ class VLLMEngine(Engine):
         resp = httpx.post(self.root_url + path, json=body, headers=self.headers(), timeout=timeout_s, trust_env=False)
         resp.raise_for_status()
         return resp.json()
+
+    def token_pieces(self, text: str) -> list[str]:
+        """The text's token pieces from /tokenize (SentencePiece names: "▁" a space, <0xNN> a byte)."""
+        body = {"model": self.model_id, "prompt": text, "add_special_tokens": False, "return_token_strs": True}
+        return sentencepiece_text(self._post("/tokenize", body)["token_strs"])
+
+    def prompt_tokenizer(self):
+        """Pieces whose concatenation is the text, when this model's tokenizer names its tokens the SentencePiece
+        way (Gemma, Llama 2); None otherwise (byte-level BPE names, e.g. Qwen's "Ġ", are not the text)."""
+        sample = "Prefill is compute-bound; decode reads every weight — 1,024 tokens, naïve café."
+        return self.token_pieces if "".join(self.token_pieces(sample)) == sample else None
 
     def tokenize_text(self, text: str, limit: int | None = None) -> tuple[int | None, list[int]]:
         ids = self._post("/tokenize", {"model": self.model_id, "prompt": text, "add_special_tokens": True})["tokens"]

@@ -1,0 +1,201 @@
+"""The labs as participants use them: JupyterLab from the project's environment in headless Chromium.
+Lab 01 is opened and run whole with interactive=True; every control of its explorer is moved, and after
+each move the figure must change and the readouts must equal the library's numbers for the values the
+page shows; no cell may show an error. Screenshots of each state go to runs/browser/. Afterwards
+JupyterLab and its kernels are gone.
+
+Needs Chromium (Debian: `apt-get install chromium`, as root) and Playwright (`pip install playwright`;
+no browser download: it drives the system Chromium). In CI a missing browser fails; elsewhere the test
+is skipped with that line. `make screenshot` refreshes docs/explorer.png from this test.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import REPO, TAG_VARIABLE, tagged_pids, wait_until_gone
+
+from labs_lib.engines import free_port
+from labs_lib.paths import RUNS_DIR
+from labs_lib.widgets import explorer_state
+
+pytestmark = pytest.mark.browser
+CHROMIUM = os.environ.get("LABS_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+HOW = "install a browser: apt-get install chromium (as root), and pip install playwright"
+SHOTS = RUNS_DIR / "browser"
+LOAD_S = 300  # bounds on a hang (JupyterLab's first start builds its workspace; a busy CI machine is slow)
+
+
+def require_browser():
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        missing = "playwright"
+    else:
+        missing = None if Path(CHROMIUM).exists() else CHROMIUM
+    if missing:
+        if os.environ.get("CI"):
+            pytest.fail(f"{missing} is missing in CI: {HOW}")
+        pytest.skip(f"{missing} is missing: {HOW}")
+
+
+@pytest.fixture(scope="module")
+def jupyterlab(tmp_path_factory):
+    """JupyterLab on a free port with a random token, over a copy of the notebooks (autosave must not
+    write outputs into the committed ones); every process it starts carries an environment tag."""
+    require_browser()
+    root = tmp_path_factory.mktemp("lab")
+    for nb in (REPO / "notebooks").glob("*.ipynb"):
+        shutil.copy(nb, root / nb.name)
+    port, token, tag = free_port(), secrets.token_hex(16), f"browser-{os.getpid()}"
+    command = [
+        sys.executable,
+        "-m",
+        "jupyter",
+        "lab",
+        "--no-browser",
+        f"--port={port}",
+        f"--ServerApp.token={token}",
+        f"--ServerApp.root_dir={root}",
+        "--LabApp.expose_app_in_browser=True",  # window.jupyterapp: run commands as the menus do
+        *(["--allow-root"] if os.geteuid() == 0 else []),
+    ]
+    env = {**os.environ, TAG_VARIABLE: tag}
+    log = (root / "jupyterlab.log").open("w")
+    server = subprocess.Popen(command, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + LOAD_S
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{base}/api/status", params={"token": token}, timeout=5, trust_env=False).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        assert server.poll() is None, (root / "jupyterlab.log").read_text()[-2000:]
+        time.sleep(0.5)
+    else:
+        raise AssertionError("JupyterLab did not answer within the limit")
+    yield base, token, tag
+    server.send_signal(signal.SIGTERM)  # Jupyter's server shuts its kernels down and exits on SIGTERM
+    try:
+        server.wait(60)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+        raise
+    finally:
+        log.close()
+    left = wait_until_gone(tag, 30)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"still running after JupyterLab stopped: {left}"
+
+
+def _wait(condition, what: str, limit_s: float = LOAD_S):
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _shown(page) -> dict:
+    """The explorer's values as the page shows them, and its readout and image."""
+    box = page.locator(".kv-explorer")
+    selects = box.locator("select")
+    readouts = box.locator(".widget-readout")
+    return {
+        "model": selects.nth(0).input_value(),
+        "gpu": selects.nth(1).input_value(),
+        "kv_dtype": selects.nth(2).input_value(),
+        "gpu_memory_utilization": float(readouts.nth(0).inner_text()),
+        "seq_len": int(readouts.nth(1).inner_text().replace(",", "")),
+        "batch": int(readouts.nth(2).inner_text()),
+        "readout": box.locator(".kv-readout").inner_text(),
+        "image": box.locator("img").get_attribute("src"),
+    }
+
+
+def _agrees_with_the_library(shown: dict) -> None:
+    s = explorer_state(
+        shown["model"], shown["gpu"], shown["kv_dtype"], shown["gpu_memory_utilization"], shown["seq_len"], shown["batch"]
+    )
+    text = " ".join(shown["readout"].split())
+    assert f"KV cache size {s.kv_cache_tokens:,} tokens" in text, (text, s)
+    assert f"{s.max_concurrency:,.2f}x" in text and f"{s.kv_bytes / 2**30:,.2f} GiB" in text, (text, s)
+    assert f"{s.kv_pool_bytes / 2**30:,.2f} GiB" in text, (text, s)
+    assert ("does not fit" in text) == (not s.fits), (text, s)
+
+
+def test_lab01_explorer_in_jupyterlab(jupyterlab):
+    from playwright.sync_api import sync_playwright
+
+    base, token, tag = jupyterlab
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"], headless=True)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(f"{base}/lab/tree/01_kv_cache_memory.ipynb?token={token}")
+        page.wait_for_function("window.jupyterapp && document.querySelector('.jp-Notebook')", timeout=LOAD_S * 1000)
+        # the kernel must be up before Run All, or the run is queued behind its start
+        page.wait_for_function(
+            "(() => { const w = window.jupyterapp.shell.currentWidget;"
+            " return w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel"
+            " && w.sessionContext.session.kernel.status === 'idle'; })()",
+            timeout=LOAD_S * 1000,
+        )
+        page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+        page.wait_for_selector(".kv-explorer .kv-readout", timeout=LOAD_S * 1000)
+        _wait(
+            lambda: page.evaluate("window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status") == "idle",
+            "the run",
+        )
+        assert page.locator('[data-mime-type="application/vnd.jupyter.error"]').count() == 0, "a cell shows an error"
+        explorer = page.locator(".kv-explorer")
+        explorer.scroll_into_view_if_needed()
+        first = _shown(page)
+        _agrees_with_the_library(first)
+        explorer.screenshot(path=str(SHOTS / "00-start.png"))
+        if os.environ.get("LABS_SCREENSHOT"):
+            explorer.screenshot(path=os.environ["LABS_SCREENSHOT"])
+
+        def move(step: str, act) -> dict:
+            before = _shown(page)
+            act()
+            after = _wait(
+                lambda: (s := _shown(page))["image"] != before["image"] and s["readout"] != before["readout"] and s, step, 60
+            )
+            _agrees_with_the_library(after)
+            explorer.screenshot(path=str(SHOTS / f"{step}.png"))
+            return after
+
+        selects = explorer.locator("select")
+        move("01-model", lambda: selects.nth(0).select_option("Qwen2.5-7B"))
+        move("02-gpu", lambda: selects.nth(1).select_option("H100-SXM"))
+        move("03-kv-dtype", lambda: selects.nth(2).select_option("fp8"))
+        handles = explorer.locator(".noUi-handle")
+        for i, (name, key) in enumerate(
+            (("04-utilization", "ArrowRight"), ("05-seq-len", "ArrowRight"), ("06-batch", "ArrowRight"))
+        ):
+            handles.nth(i).focus()
+            moved = move(name, lambda key=key, i=i: handles.nth(i).press(key))
+            assert moved != first
+        for k in range(4):  # and on along the log scale: each step doubles the context
+            handles.nth(1).focus()
+            last = move(f"07-seq-len-{k}", lambda: handles.nth(1).press("ArrowRight"))
+        assert last["seq_len"] >= 32 * first["seq_len"]
+        assert page.locator('[data-mime-type="application/vnd.jupyter.error"]').count() == 0
+        assert not re.search(r"Traceback|Error:", page.locator(".kv-explorer").inner_text())
+        browser.close()
+    assert tagged_pids(tag)  # the server and its kernel are still up here; the fixture stops them and checks

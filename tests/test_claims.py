@@ -1,0 +1,67 @@
+"""The articles' claims (data/claims.json): every one is judged somewhere in the labs — a verdict
+computed or measured in the run, or an explicit "not testable here, because …" — and the computed
+verdicts rest on arithmetic that is checked here."""
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+
+from labs_lib.claims import AWQ_GROUP, awq_memory, claims
+from labs_lib.kv_math import weight_bytes
+
+NOTEBOOKS = {p.name[:2]: p.read_text() for p in (REPO / "notebooks").glob("*.ipynb")}
+
+
+@pytest.mark.parametrize("claim", claims(), ids=lambda c: c["id"])
+def test_every_claim_is_judged_in_its_lab(claim):
+    """The claim's id is passed to a claim_row (or a claims table) in the lab it belongs to."""
+    source = NOTEBOOKS[claim["lab"]]
+    judged = re.search(r'\\"' + re.escape(claim["id"]) + r'\\"', source)
+    from_library = claim["lab"] == "01" and "kv_claims_table" in source  # lab 01's table covers its claims in labs_lib
+    assert judged or from_library, f"{claim['id']} has no verdict and no 'not testable here' in lab {claim['lab']}"
+
+
+def test_lab01_table_covers_its_claims():
+    from labs_lib.claims import kv_claims_table
+
+    shown = set(kv_claims_table()["claim"])
+    missing = [c["id"] for c in claims("01") if c["claim"] not in shown and f'\\"{c["id"]}\\"' not in NOTEBOOKS["01"]]
+    assert not missing, missing
+
+
+def test_every_claim_quotes_its_seed():
+    for c in claims():
+        seed = REPO.parent / "shared" / "seeds" / c["seed"]
+        if not seed.exists():
+            pytest.skip("the seeds live in ../shared beside the checkout")
+        assert c["quote"].split("…")[0][:12] in seed.read_text(), c["id"]
+
+
+def test_awq_saves_the_weights_not_vllms_memory():
+    m = awq_memory("llama-2-7b", "RTX-4090", 0.9)
+    assert m["bits_per_weight"] == 4 + 20 / AWQ_GROUP
+    assert m["fp16_weight_bytes"] == weight_bytes("llama-2-7b", "fp16")
+    assert 0.65 < m["weight_saving"] < 0.75  # "more than half" holds for the weights
+    # vLLM reserves the same share of the card either way: the bytes saved become KV pool, byte for byte
+    assert m["kv_pool_bytes_awq"] - m["kv_pool_bytes_fp16"] == pytest.approx(
+        m["fp16_weight_bytes"] - m["awq_weight_bytes"], abs=2
+    )
+    assert m["max_concurrency_awq"] > 2 * m["max_concurrency_fp16"]
+
+
+def test_claims_file_is_well_formed():
+    data = json.loads((REPO / "data" / "claims.json").read_text())
+    ids = [c["id"] for c in data["claims"]]
+    assert len(ids) == len(set(ids))
+    assert all(c["lab"] in NOTEBOOKS for c in data["claims"])
+
+
+def test_the_claims_page_is_current():
+    done = subprocess.run([sys.executable, str(REPO / "tools" / "claims_table.py"), "--check"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    text = (REPO / "docs" / "claims.md").read_text()
+    assert all(f"`{c['id']}`" in text for c in claims())

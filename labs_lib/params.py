@@ -101,7 +101,7 @@ def lab02(
     return p
 
 
-def lab03(*, engine, model, slo_ttft_ms, slo_tpot_ms, resume, quick) -> SimpleNamespace:
+def lab03(*, engine, model, slo_ttft_ms, slo_tpot_ms, resume, quick, interactive) -> SimpleNamespace:
     if model is not None and not isinstance(model, str):
         raise BadInput("model", model, "allowed: None (the grids' model) or a model id / path string")
     kind = resolve_kind(engine_name(engine))
@@ -113,6 +113,7 @@ def lab03(*, engine, model, slo_ttft_ms, slo_tpot_ms, resume, quick) -> SimpleNa
         slo_tpot_ms=positive_number("slo_tpot_ms", slo_tpot_ms),
         resume=flag("resume", resume),
         quick=flag("quick", quick),
+        interactive=flag("interactive", interactive),
     )
 
 

@@ -236,3 +236,17 @@ def roofline_figure(rows):
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def tradeoff_figure(table, x: str = "TTFT p99", y: str = "tok/s", colour: str = "experiment"):
+    """One metric against another over every measured sweep point (sweep_views.load_table rows), one series per
+    value of `colour` (an experiment, a configuration, a load level); points joined in order of x."""
+    fig, ax = plt.subplots(figsize=(9, 4))
+    for name, g in table.dropna(subset=[x, y]).groupby(colour, sort=True):
+        g = g.sort_values(x)
+        ax.plot(g[x], g[y], marker="o", lw=1, label=str(name))
+    ax.set(xlabel=x, ylabel=y, title=f"{y} against {x}, by {colour}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    return fig

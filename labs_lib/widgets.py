@@ -171,3 +171,57 @@ class KVExplorer:
         from IPython.display import display
 
         display(self.box)
+
+
+class SweepExplorer:
+    """Lab 03's sweep results explored: choose the x and y metrics and what colours the series; each choice
+    redraws with plots.tradeoff_figure, the function the headless cell calls. `table` is
+    sweep_views.load_table rows (of several sweeps, with an "experiment" column)."""
+
+    def __init__(self, table, *, x: str = "TTFT p99", y: str = "tok/s", colour: str = "experiment"):
+        import ipywidgets as w
+        import pandas as pd
+
+        self.table = table
+        metrics = [c for c in table.columns if pd.api.types.is_numeric_dtype(table[c]) and table[c].notna().any()]
+        groups = [c for c in ("experiment", "config", "concurrency") if c in table.columns]
+        self.controls = {
+            "x": w.Dropdown(options=metrics, value=x if x in metrics else metrics[0], description="x"),
+            "y": w.Dropdown(options=metrics, value=y if y in metrics else metrics[-1], description="y"),
+            "colour": w.Dropdown(options=groups, value=colour if colour in groups else groups[0], description="colour by"),
+        }
+        self.readout = w.HTML()
+        self.figure = w.Image(format="png")
+        self.draws = 0
+        self.points = 0
+        for control in self.controls.values():
+            control.observe(lambda change: self.update(), names="value")
+        self.box = w.VBox([w.HBox(list(self.controls.values())), self.readout, self.figure])
+        self.box.add_class("sweep-explorer")
+        self.update()
+
+    def values(self) -> dict:
+        return {name: control.value for name, control in self.controls.items()}
+
+    def update(self) -> int:
+        """Redraw for the chosen metrics; returns the number of points drawn."""
+        v = self.values()
+        shown = self.table.dropna(subset=[v["x"], v["y"]])
+        fig = plots.tradeoff_figure(self.table, v["x"], v["y"], v["colour"])
+        png = io.BytesIO()
+        fig.savefig(png, format="png", dpi=80)
+        plt.close(fig)
+        self.figure.value = png.getvalue()
+        self.points = len(shown)
+        groups = shown[v["colour"]].nunique()
+        self.readout.value = (
+            f"<div class='sweep-readout'>{self.points} measured points: {v['y']} against {v['x']}, "
+            f"{groups} series by {v['colour']}</div>"
+        )
+        self.draws += 1
+        return self.points
+
+    def _ipython_display_(self):
+        from IPython.display import display
+
+        display(self.box)

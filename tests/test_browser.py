@@ -1,8 +1,10 @@
 """The labs as participants use them: JupyterLab from the project's environment in headless Chromium.
 Lab 01 is opened and run whole with interactive=True; every control of its explorer is moved, and after
 each move the figure must change and the readouts must equal the library's numbers for the values the
-page shows; no cell may show an error. Screenshots of each state go to runs/browser/. Afterwards
-JupyterLab and its kernels are gone.
+page shows. Lab 03 is run whole (quick sizes, the embedded engine) and its sweep explorer's dropdowns are
+moved; its readout must count what the library finds in the sweeps the run wrote. No cell may show an
+error. Screenshots of each state go to runs/browser/. Afterwards JupyterLab, its kernels and the
+engines they started are gone.
 
 Needs Chromium (Debian: `apt-get install chromium`, as root) and Playwright (`pip install playwright`;
 no browser download: it drives the system Chromium). In CI a missing browser fails; elsewhere the test
@@ -57,6 +59,9 @@ def jupyterlab(tmp_path_factory):
     root = tmp_path_factory.mktemp("lab")
     for nb in (REPO / "notebooks").glob("*.ipynb"):
         shutil.copy(nb, root / nb.name)
+    # lab 03 at its quick sizes (its default is the full run): the copy's parameters cell, as a participant would edit it
+    lab03 = root / "03_vllm_tuning_sweeps.ipynb"
+    lab03.write_text(lab03.read_text().replace('"quick = False', '"quick = True', 1))
     port, token, tag = free_port(), secrets.token_hex(16), f"browser-{os.getpid()}"
     command = [
         sys.executable,
@@ -138,6 +143,27 @@ def _agrees_with_the_library(shown: dict) -> None:
     assert ("does not fit" in text) == (not s.fits), (text, s)
 
 
+def run_all(page, base: str, token: str, notebook: str, ready: str, limit_s: float = LOAD_S) -> None:
+    """Open a notebook, wait for its kernel, Run All as the menu does, wait for `ready` and an idle kernel."""
+    # a workspace of its own: JupyterLab restores the last workspace, and an earlier notebook would be the current one
+    page.goto(f"{base}/lab/workspaces/{Path(notebook).stem}/tree/{notebook}?reset&token={token}")
+    page.wait_for_function("window.jupyterapp && document.querySelector('.jp-Notebook')", timeout=LOAD_S * 1000)
+    # the kernel must be up before Run All, or the run is queued behind its start
+    page.wait_for_function(
+        "(() => { const w = window.jupyterapp.shell.currentWidget;"
+        " return w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel"
+        " && w.sessionContext.session.kernel.status === 'idle'; })()",
+        timeout=LOAD_S * 1000,
+    )
+    current = "window.jupyterapp.shell.currentWidget"
+    assert page.evaluate(f"{current}.context.path") == notebook, "Run All would go to another notebook"
+    page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    page.wait_for_selector(ready, timeout=limit_s * 1000)
+    status = f"{current}.sessionContext.session.kernel.status"
+    _wait(lambda: page.evaluate(status) == "idle", "the run", limit_s)
+    assert page.locator('[data-mime-type="application/vnd.jupyter.error"]').count() == 0, "a cell shows an error"
+
+
 def test_lab01_explorer_in_jupyterlab(jupyterlab):
     from playwright.sync_api import sync_playwright
 
@@ -146,22 +172,7 @@ def test_lab01_explorer_in_jupyterlab(jupyterlab):
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"], headless=True)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.goto(f"{base}/lab/tree/01_kv_cache_memory.ipynb?token={token}")
-        page.wait_for_function("window.jupyterapp && document.querySelector('.jp-Notebook')", timeout=LOAD_S * 1000)
-        # the kernel must be up before Run All, or the run is queued behind its start
-        page.wait_for_function(
-            "(() => { const w = window.jupyterapp.shell.currentWidget;"
-            " return w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel"
-            " && w.sessionContext.session.kernel.status === 'idle'; })()",
-            timeout=LOAD_S * 1000,
-        )
-        page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
-        page.wait_for_selector(".kv-explorer .kv-readout", timeout=LOAD_S * 1000)
-        _wait(
-            lambda: page.evaluate("window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status") == "idle",
-            "the run",
-        )
-        assert page.locator('[data-mime-type="application/vnd.jupyter.error"]').count() == 0, "a cell shows an error"
+        run_all(page, base, token, "01_kv_cache_memory.ipynb", ".kv-explorer .kv-readout")
         explorer = page.locator(".kv-explorer")
         explorer.scroll_into_view_if_needed()
         first = _shown(page)
@@ -199,3 +210,43 @@ def test_lab01_explorer_in_jupyterlab(jupyterlab):
         assert not re.search(r"Traceback|Error:", page.locator(".kv-explorer").inner_text())
         browser.close()
     assert tagged_pids(tag)  # the server and its kernel are still up here; the fixture stops them and checks
+
+
+def test_lab03_sweep_explorer_in_jupyterlab(jupyterlab):
+    """Lab 03 run whole in the browser (quick sizes, the embedded engine), then its sweep explorer: each
+    dropdown redraws, and the readout counts the points the library finds in the sweeps the run wrote."""
+    import pandas as pd
+    from playwright.sync_api import sync_playwright
+
+    from labs_lib import sweep_views as views
+    from labs_lib.paths import REPO_DIR
+    from labs_lib.sweep import load_results
+
+    base, token, _ = jupyterlab
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"], headless=True)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        run_all(page, base, token, "03_vllm_tuning_sweeps.ipynb", ".sweep-explorer .sweep-readout", limit_s=900)
+        explorer = page.locator(".sweep-explorer")
+        explorer.scroll_into_view_if_needed()
+        files = sorted((REPO_DIR / "results" / "lab03").glob("*-llamacpp-quick.jsonl"))
+        measured = pd.concat(
+            [views.load_table(load_results(f)).assign(experiment=f.name.split("-llamacpp")[0]) for f in files], ignore_index=True
+        )
+        selects = explorer.locator("select")
+
+        def shown_now():
+            return explorer.locator("img").get_attribute("src"), explorer.locator(".sweep-readout").inner_text()
+
+        for i, (name, value) in enumerate((("x", "concurrency"), ("y", "TTFT p50"), ("colour", "config"))):
+            before = shown_now()
+            selects.nth(i).select_option(value)
+            now = _wait(lambda before=before: (n := shown_now())[0] != before[0] and n, f"a redraw after {name}", 60)
+            x, y, colour = (selects.nth(k).input_value() for k in range(3))
+            shown = measured.dropna(subset=[x, y])
+            assert f"{len(shown)} measured points" in now[1], now[1]
+            assert f"{shown[colour].nunique()} series by {colour}" in now[1], now[1]
+            explorer.screenshot(path=str(SHOTS / f"lab03-{i + 1}-{name}.png"))
+        assert page.locator('[data-mime-type="application/vnd.jupyter.error"]').count() == 0
+        browser.close()

@@ -49,8 +49,8 @@ def test_notebooks_committed_clean(path):
     tagged = [c for c in code if "parameters" in c.get("metadata", {}).get("tags", [])]
     assert len(tagged) == 1, "exactly one cell tagged 'parameters'"
     assert "quick" in "".join(tagged[0]["source"])
-    # `interactive` only where it turns a widget on (lab 01's explorer); it was a no-op in labs 02-05
-    assert ("interactive" in "".join(tagged[0]["source"])) == path.name.startswith("01"), path.name
+    # `interactive` only where it turns a widget on (lab 01's capacity explorer, lab 03's sweep explorer)
+    assert ("interactive" in "".join(tagged[0]["source"])) == path.name.startswith(("01", "03")), path.name
 
 
 def test_ruff_clean():

@@ -2,6 +2,7 @@
 functions and redraws (the browser test, tests/test_browser.py, moves the same controls in JupyterLab)."""
 
 import itertools
+from pathlib import Path
 
 import pytest
 
@@ -89,3 +90,33 @@ def test_a_starting_value_between_steps_takes_the_nearest(explorer):
     )
     assert e.controls["seq_len"].value == 2048 and e.controls["batch"].value in (4, 6)
     assert e.state == explorer_state("gemma-3-270m", "L4", "fp16", 0.9, 2048, e.controls["batch"].value)
+
+
+# ---- lab 03's sweep explorer, over real sweep results (tests/fixtures/sweeps/README.md)
+
+
+@pytest.fixture
+def measured():
+    import pandas as pd
+
+    from labs_lib import sweep_views as views
+    from labs_lib.sweep import load_results
+
+    folder = Path(__file__).parent / "fixtures" / "sweeps"
+    tables = [views.load_table(load_results(p)).assign(experiment=p.stem) for p in sorted(folder.glob("*.jsonl"))]
+    return pd.concat(tables, ignore_index=True)
+
+
+def test_the_sweep_explorer_redraws_every_choice_over_the_measured_points(measured):
+    from labs_lib.widgets import SweepExplorer
+
+    explorer = SweepExplorer(measured, x="TTFT p99", y="tok/s", colour="experiment")
+    assert explorer.points == len(measured.dropna(subset=["TTFT p99", "tok/s"])) > 0
+    for name, value in (("x", "concurrency"), ("y", "TTFT p50"), ("colour", "config"), ("x", "TPOT p50")):
+        before, draws = explorer.figure.value, explorer.draws
+        explorer.controls[name].value = value
+        v = explorer.values()
+        shown = measured.dropna(subset=[v["x"], v["y"]])
+        assert explorer.draws == draws + 1 and explorer.figure.value != before, name
+        assert explorer.points == len(shown)
+        assert f"{shown[v['colour']].nunique()} series by {v['colour']}" in explorer.readout.value

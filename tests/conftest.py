@@ -94,6 +94,15 @@ def files_changed_since(folder: Path, since: float) -> list[Path]:
 TAG_VARIABLE = "LABS_TEST_TAG"
 
 
+def as_from_a_terminal() -> None:
+    """preexec_fn for a tool the tests interrupt: a suite started in the background (nohup, `&`, some CI
+    runners) inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler; the tool runs
+    as it would from a terminal, where Ctrl-C works."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def tagged_pids(tag: str) -> list[int]:
     """Processes whose environment carries LABS_TEST_TAG=tag: a tool and everything it started, even
     after re-parenting (kernels, engines, their helpers)."""

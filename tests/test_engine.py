@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import REPO, fake_key
+from conftest import REPO, as_from_a_terminal, fake_key
 
 from labs_lib.engines import EngineConfig, port_is_free
 from labs_lib.engines.llamacpp import LlamaCppEngine, first_error, parse_allocation
@@ -250,6 +250,7 @@ def _serve(*args: str, env: dict | None = None) -> subprocess.Popen:
         text=True,
         cwd=REPO,
         env={**os.environ, **(env or {})},
+        preexec_fn=as_from_a_terminal,
     )
 
 

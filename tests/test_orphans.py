@@ -20,7 +20,16 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
-from conftest import REPO, TAG_VARIABLE, engine_pids, listening_ports, require_vllm, tagged_pids, wait_until_gone
+from conftest import (
+    REPO,
+    TAG_VARIABLE,
+    as_from_a_terminal,
+    engine_pids,
+    listening_ports,
+    require_vllm,
+    tagged_pids,
+    wait_until_gone,
+)
 
 from labs_lib.engines import free_port, port_is_free
 
@@ -34,12 +43,6 @@ SERVE_ARGS = {
 }
 
 
-def _as_from_a_terminal() -> None:
-    # A suite started in the background (nohup, `&`, some CI runners) inherits SIGINT ignored, and Python then
-    # installs no KeyboardInterrupt handler: the tool runs here as it would from a terminal, where Ctrl-C works.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def launch(args: list[str], tag: str) -> subprocess.Popen:
     env = {**os.environ, TAG_VARIABLE: tag, "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen(
@@ -49,7 +52,7 @@ def launch(args: list[str], tag: str) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        preexec_fn=_as_from_a_terminal,
+        preexec_fn=as_from_a_terminal,
     )
 
 

@@ -14,7 +14,7 @@ import httpx
 import numpy as np
 import psutil
 import pytest
-from conftest import require_vllm
+from conftest import as_from_a_terminal, require_vllm
 
 from labs_lib.endpoints import endpoint_for
 from labs_lib.engines import EngineConfig, make_engine
@@ -124,7 +124,7 @@ def test_serve_cli_starts_vllm_and_stops_on_sigint_leaving_nothing():
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # Ctrl-C works even if the suite runs in the background
+        preexec_fn=as_from_a_terminal,
     )
     lines = []
     try:

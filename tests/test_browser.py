@@ -27,7 +27,7 @@ import httpx
 import pytest
 from conftest import REPO, TAG_VARIABLE, tagged_pids, wait_until_gone
 
-from labs_lib.engines import free_port
+from labs_lib.engines import free_port, guard
 from labs_lib.paths import RUNS_DIR
 from labs_lib.widgets import explorer_state
 
@@ -63,7 +63,11 @@ def jupyterlab(tmp_path_factory):
     lab03 = root / "03_vllm_tuning_sweeps.ipynb"
     lab03.write_text(lab03.read_text().replace('"quick = False', '"quick = True', 1))
     port, token, tag = free_port(), secrets.token_hex(16), f"browser-{os.getpid()}"
+    # under the labs' own guard: if this test process dies (a CI timeout, a kill), JupyterLab and its kernels go too
     command = [
+        sys.executable,
+        str(Path(guard.__file__)),
+        "--",
         sys.executable,
         "-m",
         "jupyter",
@@ -75,7 +79,7 @@ def jupyterlab(tmp_path_factory):
         "--LabApp.expose_app_in_browser=True",  # window.jupyterapp: run commands as the menus do
         *(["--allow-root"] if os.geteuid() == 0 else []),
     ]
-    env = {**os.environ, TAG_VARIABLE: tag}
+    env = {**os.environ, TAG_VARIABLE: tag, guard.PARENT_PID_VARIABLE: str(os.getpid())}
     log = (root / "jupyterlab.log").open("w")
     server = subprocess.Popen(command, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"

@@ -109,6 +109,14 @@ def steady(requests: list[Timed], concurrency: int) -> dict:
     }
 
 
+def run_client(cmd: list[str], **kwargs) -> tuple[subprocess.CompletedProcess, float]:
+    """Run another client to completion: its result and the CPU seconds it used (start-up included)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = subprocess.run(cmd, capture_output=True, text=True, **kwargs)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return done, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+
+
 def run_guidellm(
     guidellm: Path,
     root_url: str,
@@ -143,10 +151,7 @@ def run_guidellm(
             f"kind=json,path={report}",
             "--disable-console",
         ]
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu_s = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+        done, cpu_s = run_client(cmd, timeout=900)
         if done.returncode != 0 or not report.exists():
             raise SystemExit(f"guidellm failed ({done.returncode}): {(done.stderr or done.stdout).strip()[-500:]}")
         bench = json.loads(report.read_text())["benchmarks"][0]
@@ -233,9 +238,7 @@ def run_vllm_bench(
             "--disable-tqdm",
         ]
         env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"} | {"NO_PROXY": "*", "no_proxy": "*"}
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        done, cpu_s = run_client(cmd, timeout=1800, env=env)
         result_file = Path(tmp) / "result.json"
         if done.returncode != 0 or not result_file.exists():
             raise SystemExit(f"vllm bench serve failed ({done.returncode}): {(done.stderr or done.stdout).strip()[-800:]}")
@@ -252,7 +255,7 @@ def run_vllm_bench(
         "ttft_ms": result["median_ttft_ms"],
         "tpot_ms": result["median_tpot_ms"],
         "output_tok_s": result["output_throughput"],
-        "client_cpu_s": (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime),
+        "client_cpu_s": cpu_s,
     }
     order = sorted(range(len(result["start_times"])), key=lambda i: result["start_times"][i])
     for i, error in enumerate(result["errors"]):

@@ -104,7 +104,7 @@ def kv_claims_table(seed: int = 0) -> pd.DataFrame:
     holds, off = verdict(c["value"], saving)
     rows.append(row("s000-gqa-saving", saving, "%", holds, "1 - 8/64 KV heads", off))
     c = claim("s000-24gb-card")
-    plan = plan_capacity(
+    card = plan_capacity(
         c["model"],
         c["max_model_len"],
         kv_dtype="fp16",
@@ -112,15 +112,15 @@ def kv_claims_table(seed: int = 0) -> pd.DataFrame:
         weight_gib=c["weight_gib"],
         gpu_memory_utilization=0.9,
     )
-    holds, off = verdict(c["value"], plan.max_concurrency)
+    holds, off = verdict(c["value"], card.max_concurrency)
     rows.append(
         row(
             "s000-24gb-card",
-            plan.max_concurrency,
+            card.max_concurrency,
             "requests at 2,048 tokens",
             holds,
-            f"vLLM may use 24 x 0.9 = 21.6 GiB; minus 14 GiB weights and ~{plan.overhead_bytes / GIB:.0f} GiB activations "
-            f"leaves {plan.available_kv_bytes / GIB:.2f} GiB = {plan.num_blocks} blocks of 16 tokens (shorter requests fit more: blocks are taken as used)",
+            f"vLLM may use 24 x 0.9 = 21.6 GiB; minus 14 GiB weights and ~{card.overhead_bytes / GIB:.0f} GiB activations "
+            f"leaves {card.available_kv_bytes / GIB:.2f} GiB = {card.num_blocks} blocks of 16 tokens (shorter requests fit more: blocks are taken as used)",
             off,
         )
     )
@@ -196,10 +196,9 @@ def kv_claims_table(seed: int = 0) -> pd.DataFrame:
             "beside it was not measured with this setup (an AWQ/GPTQ 13B or an 8B model would fit)",
         )
     )
-    example = plan_capacity("llama-2-7b", 2048, kv_dtype="fp16", gpu_memory_gib=24, weight_gib=14, gpu_memory_utilization=0.9)
-    split = (
-        f"of 24 GiB x 0.9 = {example.requested_bytes / GIB:.1f} GiB: weights {example.weight_bytes_per_rank / GIB:.0f} + "
-        f"activations ~{example.overhead_bytes / GIB:.0f} + KV {example.available_kv_bytes / GIB:.1f} GiB"
+    split = (  # seed 000's own 24 GB card example, planned above
+        f"of 24 GiB x 0.9 = {card.requested_bytes / GIB:.1f} GiB: weights {card.weight_bytes_per_rank / GIB:.0f} + "
+        f"activations ~{card.overhead_bytes / GIB:.0f} + KV {card.available_kv_bytes / GIB:.1f} GiB"
     )
     for cid, rest in (("s000-util-rest-for-weights", "10%"), ("s002-util-8pct-temp", "8%")):
         rows.append(

@@ -5,7 +5,7 @@ the headless cells call (plots.kv_memory_figure)."""
 from __future__ import annotations
 
 import io
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import matplotlib.pyplot as plt
 
@@ -75,6 +75,14 @@ def explorer_state(model: str, gpu: str, kv_dtype: str, gpu_memory_utilization: 
         fits=batch <= plan.max_concurrency,
         problem=plan.problem,
     )
+
+
+def _png(fig) -> bytes:
+    """A figure as PNG bytes for an ipywidgets Image (visible without a kernel's display hook), then closed."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=80)
+    plt.close(fig)
+    return buffer.getvalue()
 
 
 def _nearest(options: tuple[int, ...], value: int) -> int:
@@ -155,17 +163,12 @@ class KVExplorer:
         state = explorer_state(**self.values())
         self.state = state
         budget_gib = state.kv_pool_bytes / GIB
-        fig = plots.kv_memory_figure(state.model, state.seq_len, state.batch, state.kv_dtype, budget_gib=budget_gib)
-        png = io.BytesIO()
-        fig.savefig(png, format="png", dpi=80)
-        plt.close(fig)
-        self.figure.value = png.getvalue()
+        self.figure.value = _png(
+            plots.kv_memory_figure(state.model, state.seq_len, state.batch, state.kv_dtype, budget_gib=budget_gib)
+        )
         self.readout.value = state.readout()  # last: a page showing the new readout already has the new figure
         self.draws += 1
         return state
-
-    def to_dict(self) -> dict:
-        return asdict(self.state) if self.state else {}
 
     def _ipython_display_(self):
         from IPython.display import display
@@ -207,11 +210,7 @@ class SweepExplorer:
         """Redraw for the chosen metrics; returns the number of points drawn."""
         v = self.values()
         shown = self.table.dropna(subset=[v["x"], v["y"]])
-        fig = plots.tradeoff_figure(self.table, v["x"], v["y"], v["colour"])
-        png = io.BytesIO()
-        fig.savefig(png, format="png", dpi=80)
-        plt.close(fig)
-        self.figure.value = png.getvalue()
+        self.figure.value = _png(plots.tradeoff_figure(self.table, v["x"], v["y"], v["colour"]))
         self.points = len(shown)
         groups = shown[v["colour"]].nunique()
         self.readout.value = (

@@ -136,6 +136,17 @@ def engine_pids(tag: str, names: tuple[bytes, ...] = ENGINE_PROCESSES) -> list[i
     return out
 
 
+def wait_for(condition, timeout_s: float, what: str, poll_s: float = 0.05):
+    """condition()'s first truthy value, polled until timeout_s (a bound on a hang, not a guess of speed)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(poll_s)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
 def wait_until_gone(tag: str, timeout_s: float = 20.0) -> list[int]:
     """Tagged processes still alive after timeout_s (empty: all gone)."""
     deadline = time.monotonic() + timeout_s

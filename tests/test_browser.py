@@ -25,7 +25,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import REPO, TAG_VARIABLE, tagged_pids, wait_until_gone
+from conftest import REPO, TAG_VARIABLE, tagged_pids, wait_for, wait_until_gone
 
 from labs_lib.engines import free_port, guard
 from labs_lib.paths import RUNS_DIR
@@ -109,16 +109,6 @@ def jupyterlab(tmp_path_factory):
     assert not left, f"still running after JupyterLab stopped: {left}"
 
 
-def _wait(condition, what: str, limit_s: float = LOAD_S):
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _shown(page) -> dict:
     """The explorer's values as the page shows them, and its readout and image."""
     box = page.locator(".kv-explorer")
@@ -164,7 +154,7 @@ def run_all(page, base: str, token: str, notebook: str, ready: str, limit_s: flo
     page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
     page.wait_for_selector(ready, timeout=limit_s * 1000)
     status = f"{current}.sessionContext.session.kernel.status"
-    _wait(lambda: page.evaluate(status) == "idle", "the run", limit_s)
+    wait_for(lambda: page.evaluate(status) == "idle", limit_s, "the run", 0.2)
     assert page.locator('[data-mime-type="application/vnd.jupyter.error"]').count() == 0, "a cell shows an error"
 
 
@@ -188,8 +178,8 @@ def test_lab01_explorer_in_jupyterlab(jupyterlab):
         def move(step: str, act) -> dict:
             before = _shown(page)
             act()
-            after = _wait(
-                lambda: (s := _shown(page))["image"] != before["image"] and s["readout"] != before["readout"] and s, step, 60
+            after = wait_for(
+                lambda: (s := _shown(page))["image"] != before["image"] and s["readout"] != before["readout"] and s, 60, step, 0.2
             )
             _agrees_with_the_library(after)
             explorer.screenshot(path=str(SHOTS / f"{step}.png"))
@@ -246,7 +236,7 @@ def test_lab03_sweep_explorer_in_jupyterlab(jupyterlab):
         for i, (name, value) in enumerate((("x", "concurrency"), ("y", "TTFT p50"), ("colour", "config"))):
             before = shown_now()
             selects.nth(i).select_option(value)
-            now = _wait(lambda before=before: (n := shown_now())[0] != before[0] and n, f"a redraw after {name}", 60)
+            now = wait_for(lambda before=before: (n := shown_now())[0] != before[0] and n, 60, f"a redraw after {name}", 0.2)
             x, y, colour = (selects.nth(k).input_value() for k in range(3))
             shown = measured.dropna(subset=[x, y])
             assert f"{len(shown)} measured points" in now[1], now[1]

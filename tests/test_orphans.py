@@ -28,6 +28,7 @@ from conftest import (
     listening_ports,
     require_vllm,
     tagged_pids,
+    wait_for,
     wait_until_gone,
 )
 
@@ -54,16 +55,6 @@ def launch(args: list[str], tag: str) -> subprocess.Popen:
         text=True,
         preexec_fn=as_from_a_terminal,
     )
-
-
-def wait_for(condition, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def stream_in_background(base_url: str, first_token: threading.Event, max_tokens: int = 2000) -> threading.Thread:

@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.setup-done
 VLLM_VENV  := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.setup-done
 
-.PHONY: setup setup-vllm browser run test test-fast lab screenshot lint format requirements lock clean
+.PHONY: setup setup-vllm browser run test test-fast test-busy lab screenshot lint format requirements lock clean
 
 setup: $(STAMP)
 
@@ -49,6 +49,11 @@ test: setup setup-vllm browser
 # Unit and CLI tests only: no engine, no notebook (under 2 minutes).
 test-fast: setup
 	$(PY) -m pytest -m "not engine and not notebook and not vllm and not browser" $(PYTEST_ARGS)
+
+# The fault, orphan, crash-safety and load tests five times in a row beside bench/busy_cores.py (~40 min):
+# how docs/reliability.md's busy-machine table is made.
+test-busy: setup
+	$(PY) bench/busy_runs.py --runs 5 $(ARGS)
 
 lab: setup
 	$(VENV)/bin/jupyter lab notebooks/

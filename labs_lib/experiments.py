@@ -3,6 +3,9 @@ length, max_tokens and concurrency. Each returns a DataFrame."""
 
 from __future__ import annotations
 
+import time
+
+import httpx
 import numpy as np
 import pandas as pd
 
@@ -11,7 +14,7 @@ from .endpoints import Endpoint
 from .engines.metrics import delta, scrape, token_counts
 from .load import LoadResult, run_load
 from .prompts import PromptFactory
-from .timing import RequestRecord, RequestSpec, StreamTimer, measure
+from .timing import TIMEOUT_S, TRANSPORT_ERRORS, RequestRecord, RequestSpec, StreamTimer, measure
 
 
 def traced_requests(
@@ -24,10 +27,45 @@ def traced_requests(
     ]
 
 
-def naive_vs_harness(traced: list[tuple[RequestRecord, StreamTimer]]) -> pd.DataFrame:
-    """Each article snippet applied to the same streams as the harness, with its error."""
+def unstreamed_requests(
+    endpoint: Endpoint, prompts: list[str], max_tokens: int, extra: dict | None = None, timeout_s: float = TIMEOUT_S
+) -> list[tuple[list[tuple[float, bytes]], float]]:
+    """Seed 003's request: the harness's (same prompt, length and sampling) without "stream" and "stream_options",
+    as the seed's body has neither. Each answer's lines as aiohttp yields them, with their arrival (seconds after
+    sending), and the total time."""
+    replays = []
+    with httpx.Client(timeout=timeout_s, trust_env=not endpoint.is_loopback) as client:
+        for p in prompts:
+            body = RequestSpec(p, max_tokens, ignore_eos=True, extra=extra or {}).body(endpoint.model)
+            body.pop("stream"), body.pop("stream_options")
+            lines, partial = [], b""
+            start = time.perf_counter()
+            try:
+                with client.stream("POST", endpoint.base_url + "/chat/completions", json=body, headers=endpoint.headers()) as r:
+                    if r.status_code != 200:  # a failed request is no answer to time (the seed would count its lines)
+                        replays.append(([], time.perf_counter() - start))
+                        continue
+                    for data in r.iter_bytes():
+                        t = time.perf_counter() - start
+                        *complete, partial = (partial + data).split(b"\n")
+                        lines += [(t, line + b"\n") for line in complete]
+            except TRANSPORT_ERRORS:
+                replays.append(([], time.perf_counter() - start))
+                continue
+            end_s = time.perf_counter() - start
+            if partial:  # aiohttp yields the last line without its newline at the end of the body
+                lines.append((end_s, partial))
+            replays.append((lines, end_s))
+    return replays
+
+
+def naive_vs_harness(
+    traced: list[tuple[RequestRecord, StreamTimer]], unstreamed: list[tuple[list[tuple[float, bytes]], float]] | None = None
+) -> pd.DataFrame:
+    """Each article snippet replayed as written (naive.py), with its error against the harness: the streamed ones on
+    the harness's own streams as the seed receives them, seed 003 on `unstreamed` (the same prompts, in order)."""
     rows = []
-    for rec, timer in traced:
+    for i, (rec, timer) in enumerate(traced):
         if not rec.ok:
             continue
         truth = {
@@ -36,8 +74,11 @@ def naive_vs_harness(traced: list[tuple[RequestRecord, StreamTimer]]) -> pd.Data
             "decode_tokens_per_s": 1000 / rec.tpot_ms if rec.tpot_ms else None,
         }
         rows.append({"method": "harness (vllm bench serve definitions)", "request": rec.request_id, **truth})
-        for name, fn in naive.METHODS.items():
-            got = fn(timer.trace, timer.end_s)
+        seen = naive.as_the_seed_receives(timer.trace)
+        results = {name: fn(seen, timer.end_s) for name, fn in naive.METHODS.items()}
+        if unstreamed is not None:
+            results["seed 003: unstreamed lines"] = naive.seed003_unstreamed(*unstreamed[i])
+        for name, got in results.items():
             rows.append(
                 {
                     "method": name,
@@ -51,6 +92,38 @@ def naive_vs_harness(traced: list[tuple[RequestRecord, StreamTimer]]) -> pd.Data
             )
     df = pd.DataFrame(rows)
     return df.groupby("method", sort=False).median(numeric_only=True).drop(columns="request").reset_index()
+
+
+def chars_per_token(
+    endpoint: Endpoint, prompts: dict[str, str], texts: dict[str, str], count_tokens=None, max_tokens: int = 128
+) -> pd.DataFrame:
+    """Characters per token by language, two ways: each prompt's reply (greedy, stopping where the model stops)
+    against usage.completion_tokens, and a fixed paragraph per language counted by the engine's own tokenizer
+    (`count_tokens(text) -> int`; left out without one, e.g. for a remote endpoint). Each with seed 000's len(text) / 1.5 estimate and its error."""
+    rows = []
+
+    def row(language: str, what: str, text: str, tokens: int | None) -> dict:
+        chars = len(text)
+        return {
+            "language": language,
+            "text": what,
+            "tokens": tokens,
+            "characters": chars,
+            "chars_per_token": chars / tokens if tokens else None,
+            "len/1.5 error_%": 100 * (chars / 1.5 - tokens) / tokens if tokens else None,
+            # the share of CJK ideographs: a small model's reply may mix in Latin
+            "cjk_share": sum("\u4e00" <= ch <= "\u9fff" for ch in text) / chars if chars else None,
+            "sample": text[:40],
+        }
+
+    for language, prompt in prompts.items():
+        rec, _ = measure(endpoint, RequestSpec(prompt, max_tokens))
+        rows.append(
+            row(language, "the model's reply", rec.text, rec.output_tokens if rec.ok and not rec.tokens_estimated else None)
+        )
+    for language, text in texts.items() if count_tokens else ():
+        rows.append(row(language, "a fixed paragraph", text, count_tokens(text)))
+    return pd.DataFrame(rows)
 
 
 def _one_by_one(endpoint: Endpoint, specs: list[RequestSpec]) -> list[RequestRecord]:
@@ -182,3 +255,84 @@ async def concurrency_sweep(
         ]
     )
     return table, runs, pd.DataFrame(checks)
+
+
+async def static_vs_continuous(
+    endpoint: Endpoint,
+    factory: PromptFactory,
+    *,
+    slots: int,
+    requests: int,
+    prompt_tokens: int,
+    max_tokens_range: tuple[int, int],
+    seed: int = 0,
+    extra: dict | None = None,
+) -> pd.DataFrame:
+    """The same requests (output lengths drawn uniformly from max_tokens_range), all waiting at time 0, served
+    `slots` at a time two ways. Static batching: a batch is sent and the next waits until its longest request is
+    done (what a server without continuous batching does). Continuous: a request starts as soon as any finishes.
+    Rows per mode: the time to finish them all (s), output tokens/s, and each request's completion time counted
+    from time 0 (p50, p99, ms)."""
+    lo, hi = max_tokens_range
+    lengths = np.random.default_rng(seed).integers(lo, hi + 1, requests)
+    prompts = factory.prompts(requests, prompt_tokens)
+    # `extra` (the engine's uncached_body) keeps the second mode from reading the first one's prompts from cache
+    specs = [RequestSpec(p, int(m), ignore_eos=True, extra=extra or {}) for p, m in zip(prompts, lengths, strict=True)]
+    rows = []
+    start = time.perf_counter()
+    continuous = await run_load(endpoint, specs, concurrency=slots, progress=False)
+    done = [(r.sent_s * 1000 + r.e2e_ms, r.output_tokens or 0) for r in continuous.records if r.ok]
+    rows.append(("continuous", time.perf_counter() - start, done, len(continuous.records)))
+    start, done = time.perf_counter(), []
+    for i in range(0, requests, slots):
+        offset_ms = (time.perf_counter() - start) * 1000
+        batch = await run_load(endpoint, specs[i : i + slots], concurrency=slots, progress=False)
+        done += [(offset_ms + r.sent_s * 1000 + r.e2e_ms, r.output_tokens or 0) for r in batch.records if r.ok]
+    rows.append(("static batches", time.perf_counter() - start, done, requests))
+    return pd.DataFrame(
+        [
+            {
+                "mode": mode,
+                "requests": sent,
+                "completed": len(done),
+                "all_done_s": wall_s,
+                "output_tok_s": sum(n for _, n in done) / wall_s,
+                "p50_completion_ms": float(np.percentile([t for t, _ in done], 50)) if done else None,
+                "p99_completion_ms": float(np.percentile([t for t, _ in done], 99)) if done else None,
+            }
+            for mode, wall_s, done, sent in rows
+        ]
+    )
+
+
+async def rate_sweep(
+    endpoint: Endpoint,
+    factory: PromptFactory,
+    rates: list[float],
+    *,
+    requests: int,
+    prompt_tokens: int,
+    max_tokens: int,
+    seed: int = 0,
+    extra: dict | None = None,
+) -> pd.DataFrame:
+    """Open loop: requests arrive at each `rate` (per second, Poisson: exponential gaps, seeded), whether or not the
+    server keeps up. Below its capacity TTFT stays flat; above it the queue, and TTFT with it, grows for as long as
+    the run lasts. (A closed loop cannot show this: it waits for the server before sending more.)"""
+    rows = []
+    for rate in rates:
+        specs = [RequestSpec(p, max_tokens, ignore_eos=True, extra=extra or {}) for p in factory.prompts(requests, prompt_tokens)]
+        run = await run_load(endpoint, specs, rate=rate, seed=seed, progress=False)
+        s = run.summary
+        rows.append(
+            {
+                "rate_req_s": rate,
+                "achieved_req_s": s.request_throughput,
+                "completed": s.completed,
+                "failed": s.failed,
+                "p50_ttft_ms": s.ttft_ms.p50,
+                "p99_ttft_ms": s.ttft_ms.p99,
+                "p50_e2e_ms": s.e2e_ms.p50,
+            }
+        )
+    return pd.DataFrame(rows)

@@ -18,10 +18,30 @@ import numpy as np
 import pandas as pd
 
 from .endpoints import Endpoint
-from .errors import BadInput, LabsError, positive_int, positive_number
+from .errors import BadInput, LabsError, choice, positive_int, positive_number
 from .timing import TIMEOUT_S, RequestRecord, RequestSpec, ameasure
 
 PERCENTILES = (50, 90, 99)
+LATENCY_METRICS = ("ttft", "tpot", "itl", "e2e")
+
+
+def latency_values_ms(records: list[RequestRecord], metric: str) -> list[float]:
+    """One latency metric over a run's successful requests (ms): TTFT, TPOT and E2E one value per request,
+    ITL every gap of every request pooled (as `vllm bench serve` pools them)."""
+    metric = choice("metric", metric, LATENCY_METRICS)
+    ok = [r for r in records if r.ok]
+    if metric == "itl":
+        return [gap for r in ok for gap in r.itl_ms]
+    return [v for r in ok if (v := getattr(r, f"{metric}_ms")) is not None]
+
+
+def percentile_ms(values: list[float], percentile: float) -> float | None:
+    """The percentile of `values` as numpy computes it by default (linear between the two nearest ranks, as
+    vLLM's benchmark does); None without values. With n values, any percentile above 100 - 100/(n - 1) lies
+    between the two largest: p99 of 16 requests is all but the maximum."""
+    if isinstance(percentile, bool) or not isinstance(percentile, (int, float)) or not 0 <= percentile <= 100:
+        raise BadInput("percentile", percentile, "allowed: a number from 0 to 100")
+    return float(np.percentile(np.asarray(values, dtype=float), percentile)) if len(values) else None
 
 
 @dataclass(frozen=True)
@@ -51,11 +71,11 @@ class Stats:
 
     @classmethod
     def of(cls, values: list[float | None]) -> Stats:
-        arr = np.asarray([v for v in values if v is not None], dtype=float)
-        if arr.size == 0:
+        kept = [v for v in values if v is not None]
+        if not kept:
             return cls()
-        p50, p90, p99 = (float(np.percentile(arr, p)) for p in PERCENTILES)
-        return cls(float(arr.mean()), float(arr.std()), p50, p90, p99)
+        p50, p90, p99 = (percentile_ms(kept, p) for p in PERCENTILES)
+        return cls(float(np.mean(kept)), float(np.std(kept)), p50, p90, p99)
 
 
 @dataclass
@@ -84,7 +104,7 @@ class Summary:
     def flat(self) -> dict:
         """Flat columns as `vllm bench serve` names them (p50_ttft_ms, mean_tpot_ms, …), errors left out."""
         out = {k: v for k, v in asdict(self).items() if not isinstance(v, dict)}
-        for metric in ("ttft", "tpot", "itl", "e2e"):
+        for metric in LATENCY_METRICS:
             for stat, value in asdict(getattr(self, f"{metric}_ms")).items():
                 out[f"{stat}_{metric}_ms"] = value
         return out
@@ -113,10 +133,10 @@ def summarize(records: list[RequestRecord], duration_s: float, slo: SLO | None =
         output_throughput=per_s(out_tokens),
         total_token_throughput=per_s(in_tokens + out_tokens),
         tokens_estimated=any(r.tokens_estimated for r in ok),
-        ttft_ms=Stats.of([r.ttft_ms for r in ok]),
-        tpot_ms=Stats.of([r.tpot_ms for r in ok]),
-        itl_ms=Stats.of([gap for r in ok for gap in r.itl_ms]),
-        e2e_ms=Stats.of([r.e2e_ms for r in ok]),
+        ttft_ms=Stats.of(latency_values_ms(ok, "ttft")),
+        tpot_ms=Stats.of(latency_values_ms(ok, "tpot")),
+        itl_ms=Stats.of(latency_values_ms(ok, "itl")),
+        e2e_ms=Stats.of(latency_values_ms(ok, "e2e")),
         errors=errors,
     )
     if slo is not None:
@@ -160,6 +180,27 @@ class LoadResult:
             json.dumps({"summary": summary, "slo": asdict(self.slo) if self.slo else None}, indent=2, default=str)
         )
         return csv_path, json_path
+
+
+def latency_table(runs: list[LoadResult], metric: str = "ttft", percentile: float = 99) -> pd.DataFrame:
+    """One row per run: concurrency, completed requests, output tokens/s, how many values the metric has, and
+    its p50 and p`percentile` (ms), columns named as Summary.flat names them (p50_ttft_ms, p95_ttft_ms, …)."""
+    metric = choice("metric", metric, LATENCY_METRICS)
+    rows = []
+    for run in runs:
+        values = latency_values_ms(run.records, metric)
+        summary = run.summary
+        rows.append(
+            {
+                "concurrency": run.settings.get("concurrency"),
+                "completed": summary.completed,
+                "output_throughput": summary.output_throughput,
+                "values": len(values),
+                f"p50_{metric}_ms": percentile_ms(values, 50),
+                f"p{percentile:g}_{metric}_ms": percentile_ms(values, percentile),
+            }
+        )
+    return pd.DataFrame(rows)
 
 
 def _client(endpoint: Endpoint, connections: int, timeout_s: float) -> httpx.AsyncClient:

@@ -56,19 +56,43 @@ def setup(lab: str) -> None:
         print("  not installed (fine on CPU): " + ", ".join(missing))
 
 
-def check_exercise(label: str, answer: object, expected: float, *, rel_tol: float = 0.01, hint: str = "") -> bool | None:
-    """Print whether `answer` is within rel_tol of `expected`; None when not answered yet."""
+SHOW = "show"  # the answer that asks for the expected value
+_misses: dict[str, int] = {}  # per exercise label, in this kernel
+
+
+def check_exercise(label: str, answer: object, expected: float | str, *, rel_tol: float = 0.01, hint: str = "") -> bool | None:
+    """Print whether `answer` is within rel_tol of `expected` (a name: equal, ignoring case); None when not answered.
+
+    Hints come before answers: a first miss shows the hint only, a second the hint again, and the expected value
+    is shown after two misses in this kernel or when the answer is "show"."""
+    hint = f" Hint: {hint}" if hint else ""
     if answer is None:
-        print(f"Exercise {label}: not answered yet. {hint}".rstrip())
+        print(f"Exercise {label}: not answered yet: write your prediction, run the cell, compare.{hint}")
         return None
-    try:
-        ok = abs(float(answer) - expected) <= rel_tol * abs(expected)
-    except (TypeError, ValueError):
-        ok = False
-    print(
-        f"Exercise {label}: " + ("correct" if ok else f"not quite: {answer!r} (expected about {expected:,.4g}). {hint}".rstrip())
-    )
-    return ok
+    if isinstance(answer, str) and answer.strip().lower() == SHOW:
+        print(f"Exercise {label}: the measured/computed answer is {_shown(expected)}.")
+        return False
+    if isinstance(expected, str):
+        ok = str(answer).strip().lower() == expected.lower()
+    else:
+        try:
+            ok = abs(float(answer) - expected) <= rel_tol * abs(expected)
+        except (TypeError, ValueError):
+            ok = False
+    if ok:
+        print(f"Exercise {label}: correct ({answer!r}; expected {_shown(expected)}).")
+        _misses.pop(label, None)
+        return True
+    _misses[label] = _misses.get(label, 0) + 1
+    if _misses[label] >= 2:
+        print(f"Exercise {label}: not quite: {answer!r}. The answer is {_shown(expected)}.{hint}")
+    else:
+        print(f'Exercise {label}: not quite: {answer!r}.{hint} Try again (or answer "{SHOW}" to see it).')
+    return False
+
+
+def _shown(expected: float | str) -> str:
+    return expected if isinstance(expected, str) else f"{expected:,.4g}"
 
 
 def reload() -> None:

@@ -64,6 +64,7 @@ def lab02(
     concurrency_levels,
     requests_per_level,
     quick,
+    interactive,
 ) -> SimpleNamespace:
     from .endpoints import BUILTIN, check_url
 
@@ -88,6 +89,7 @@ def lab02(
         concurrency_levels=int_list("concurrency_levels", concurrency_levels, maximum=1024),
         requests_per_level=positive_int("requests_per_level", requests_per_level, maximum=100_000),
         quick=quick,
+        interactive=flag("interactive", interactive),
     )
     if quick:  # small sizes for CI: the same experiments, fewer and shorter requests
         p.repeats = min(p.repeats, 2)
@@ -117,7 +119,7 @@ def lab03(*, engine, model, slo_ttft_ms, slo_tpot_ms, resume, quick, interactive
     )
 
 
-def lab04(*, engine, variants, kv_dtypes, eval_tokens, gpu_models, quick) -> SimpleNamespace:
+def lab04(*, engine, variants, kv_dtypes, eval_tokens, gpu_models, quick, interactive) -> SimpleNamespace:
     from .quant import check_variant
     from .quant_compare import KV_DTYPES, VLLM_CPU_MODELS
 
@@ -141,6 +143,7 @@ def lab04(*, engine, variants, kv_dtypes, eval_tokens, gpu_models, quick) -> Sim
         eval_tokens=positive_int("eval_tokens", eval_tokens, maximum=4096),
         gpu_models=list(gpu_models),
         quick=quick,
+        interactive=flag("interactive", interactive),
     )
     if quick:
         p.variants = [v for v in names if v in ("F16", "Q8_0", "Q4_0", "Q4_K_M")] or names[:2]

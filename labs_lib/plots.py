@@ -6,6 +6,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from .kv_math import GIB, allocation_utilization, dtype, kv_cache, plan_capacity
+from .load import percentile_ms
 from .models import load_model
 from .sse import DONE, payload
 
@@ -204,35 +205,62 @@ def kv_on_off_figure(df):
     return fig
 
 
-def concurrency_figure(table, slots: int | None = None):
-    """Throughput and TTFT p50/p99 against concurrency."""
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.6))
+def concurrency_figure(
+    table,
+    slots: int | None = None,
+    metric: str = "ttft",
+    percentile: float = 99,
+    at: int | None = None,
+    values_at: list[float] | None = None,
+):
+    """Throughput and a latency metric's p50 and p`percentile` (ms) against concurrency; with `at` that level is
+    marked, and with `values_at` (its values, ms) a third panel shows their distribution with both percentiles.
+    `table` has columns concurrency, output_throughput, p50_<metric>_ms and p<percentile>_<metric>_ms."""
+    name, p50, pp = metric.upper(), f"p50_{metric}_ms", f"p{percentile:g}_{metric}_ms"
+    fig, axes = plt.subplots(1, 3 if values_at else 2, figsize=(15 if values_at else 11, 3.6))
+    a, b = axes[0], axes[1]
     a.plot(table["concurrency"], table["output_throughput"], marker="o")
     a.set(xlabel="concurrent requests", ylabel="output tokens/s", title="Throughput", ylim=(0, None))
-    b.plot(table["concurrency"], table["p50_ttft_ms"], marker="o", label="TTFT p50")
-    b.plot(table["concurrency"], table["p99_ttft_ms"], marker="s", label="TTFT p99")
-    b.set(xlabel="concurrent requests", ylabel="ms", title="Latency to first token", ylim=(0, None))
+    b.plot(table["concurrency"], table[p50], marker="o", label=f"{name} p50")
+    b.plot(table["concurrency"], table[pp], marker="s", label=f"{name} p{percentile:g}")
+    b.set(xlabel="concurrent requests", ylabel="ms", title=f"{name} p50 and p{percentile:g}", ylim=(0, None))
     for ax in (a, b):
         if slots:
             ax.axvline(slots, color="grey", ls="--", lw=1)
             ax.text(slots, ax.get_ylim()[1] * 0.95, " slots", color="grey", fontsize=8, va="top")
         ax.grid(alpha=0.3)
+    if at is not None:
+        row = table[table["concurrency"] == at]
+        a.plot(row["concurrency"], row["output_throughput"], "o", ms=12, mfc="none", mec="red", label=f"c={at}")
+        b.plot(row["concurrency"], row[pp], "o", ms=12, mfc="none", mec="red", label=f"c={at}")
+        a.legend(fontsize=8)
     b.legend(fontsize=8)
+    if values_at:
+        c = axes[2]
+        values = np.sort(np.asarray(values_at, dtype=float))
+        c.step(values, np.arange(1, len(values) + 1) / len(values), where="post", label=f"{len(values)} values")
+        for q, style in ((50, ":"), (percentile, "--")):
+            c.axvline(percentile_ms(values_at, q), color="red", ls=style, lw=1, label=f"p{q:g}")
+        c.set(xlabel=f"{name} (ms)", ylabel="fraction of values ≤ x", title=f"{name} at c={at}", ylim=(0, 1.02))
+        c.grid(alpha=0.3)
+        c.legend(fontsize=8)
     fig.tight_layout()
     return fig
 
 
 def roofline_figure(rows):
-    """Measured tokens/s against the bandwidth bound, one bar pair per configuration."""
-    import numpy as np
-
-    labels = [r["what"] for r in rows]
+    """Measured tokens/s against the lower of the two roofs (memory, compute), one bar pair per configuration;
+    a compute roof, where known, is marked on its bar."""
+    labels = [r["what"] + (f" ×{r['batch']}" if r.get("batch", 1) > 1 else "") for r in rows]
     x = np.arange(len(rows))
-    fig, ax = plt.subplots(figsize=(9, 3.4))
-    ax.bar(x - 0.2, [r["bound_tokens_per_s"] for r in rows], width=0.4, label="bandwidth bound")
+    fig, ax = plt.subplots(figsize=(max(9, 1.1 * len(rows)), 3.6))
+    ax.bar(x - 0.2, [r["bound_tokens_per_s"] for r in rows], width=0.4, label="roof (lower of memory, compute)")
     ax.bar(x + 0.2, [r.get("measured_tokens_per_s") or 0 for r in rows], width=0.4, label="measured")
-    ax.set_xticks(x, labels, fontsize=8)
-    ax.set(ylabel="decode tokens/s (one sequence)", title="Decode against the memory-bandwidth roofline")
+    for i, r in enumerate(rows):
+        if r.get("limited_by") == "compute":
+            ax.text(i - 0.2, r["bound_tokens_per_s"], "compute", ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(x, labels, fontsize=7, rotation=20, ha="right")
+    ax.set(ylabel="decode tokens/s (all sequences)", yscale="log", title="Decode against the roofline")
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -248,5 +276,22 @@ def tradeoff_figure(table, x: str = "TTFT p99", y: str = "tok/s", colour: str = 
     ax.set(xlabel=x, ylabel=y, title=f"{y} against {x}, by {colour}")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    return fig
+
+
+def quant_tradeoff_figure(rows, quality: str = "perplexity"):
+    """Memory against quality and speed against quality, one labelled point per configuration (rows indexed by
+    quant_compare.config_labels; memory is the weight file's MiB, or resident MiB when there is no file)."""
+    size = "file_MiB" if "file_MiB" in rows else "rss_MiB"
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.8))
+    for label, r in rows.iterrows():
+        for ax, x in ((a, r[size]), (b, r["tpot_p50_ms"])):
+            ax.scatter(x, r[quality])
+            ax.annotate(str(label), (x, r[quality]), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    a.set(xlabel=size.replace("_", " "), ylabel=quality.replace("_", " "), title=f"Memory vs {quality}")
+    b.set(xlabel="TPOT p50 (ms)", ylabel=quality.replace("_", " "), title=f"Speed vs {quality}")
+    for ax in (a, b):
+        ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig

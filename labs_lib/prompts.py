@@ -9,6 +9,7 @@ answer them (unless a shared prefix is asked for).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from functools import cache
@@ -26,6 +27,13 @@ WORDS_PER_TOKEN = 0.75  # English prose, for the word fallback
 @cache
 def corpus_text(name: str = "corpus.txt") -> str:
     return (DATA_DIR / "texts" / name).read_text()
+
+
+def language_texts() -> tuple[dict[str, str], dict[str, str]]:
+    """(prompts, texts) by language from data/texts/chars_per_token.json: the same request in Chinese (seed 003's
+    own prompt) and English, and one paragraph of the same content in each."""
+    data = json.loads((DATA_DIR / "texts" / "chars_per_token.json").read_text())
+    return data["prompts"], data["texts"]
 
 
 def engine_tokenizer(root_url: str, headers: dict[str, str] | None = None, timeout_s: float = 30.0) -> Tokenizer:

@@ -52,6 +52,8 @@ async def measure_config(
             "rss_MiB": round((engine.resident_bytes() or 0) / 2**20, 1),
             **engine.allocation_summary(),
         }
+        if engine.kernel_lines():
+            row["kernels"] = "; ".join(engine.kernel_lines())
         gpus, _ = read_gpus()
         if gpus:  # on a GPU the weights and KV pool live there, not in the process's resident memory
             row["gpu_used_MiB"] = round(sum(g.memory_used_bytes for g in gpus) / 2**20, 1)
@@ -154,15 +156,22 @@ async def compare_models(models: list[dict], *, settings: QuantSettings | None =
     return pd.DataFrame([{**row, **agreement(ref_scores, scores)} for row, scores, _ in results])
 
 
-def rank(df: pd.DataFrame, column: str = "perplexity") -> list[str]:
-    """Rows from best to worst by a quality column (measured, not assumed), named "variant/kv_dtype"
-    (compare_variants) or "model[+dtype][+quantization]/kv_dtype" (compare_models)."""
-    ordered = df.sort_values(column)
-    if "variant" in ordered:
-        names = ordered["variant"].astype(str)
+QUALITY = {"perplexity": "lower", "delta_nll": "lower", "top1_agreement": "higher"}  # which way is better
+
+
+def config_labels(df: pd.DataFrame) -> pd.Series:
+    """Each row's name: "variant/kv_dtype" (compare_variants) or "model[+dtype][+quantization]/kv_dtype"
+    (compare_models)."""
+    if "variant" in df:
+        names = df["variant"].astype(str)
     else:
-        names = ordered["model"].astype(str)
+        names = df["model"].astype(str)
         for col, default in (("dtype", "auto"), ("quantization", "-")):
-            if col in ordered:
-                names = names + ordered[col].astype(str).map(lambda v, d=default: "" if v == d else f"+{v}")
-    return list(names + "/" + ordered["kv_dtype"].astype(str))
+            if col in df:
+                names = names + df[col].astype(str).map(lambda v, d=default: "" if v == d else f"+{v}")
+    return names + "/" + df["kv_dtype"].astype(str)
+
+
+def rank(df: pd.DataFrame, column: str = "perplexity") -> list[str]:
+    """Rows from best to worst by a quality column (measured, not assumed), named by config_labels."""
+    return list(config_labels(df.sort_values(column, ascending=QUALITY.get(column, "lower") == "lower")))

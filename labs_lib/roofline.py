@@ -1,5 +1,7 @@
-"""The decode roofline: one decode step reads every weight and the whole KV cache once, so
-tokens/s per sequence <= memory bandwidth / bytes read per step."""
+"""The decode roofline, two roofs. Memory: one decode step reads every weight and each sequence's KV cache
+once, so tokens/s <= bandwidth / bytes per step x batch. Compute: each token costs about 2 FLOPs per
+weight, so tokens/s <= FLOP/s / (2 x parameters), whatever the batch. Decode runs under the lower one;
+batching raises the memory roof (the weights are read once for the whole batch) until compute caps it."""
 
 from __future__ import annotations
 
@@ -68,6 +70,11 @@ def bound_tokens_per_s(bandwidth_bytes_per_s: float, bytes_per_step: int, batch:
     return bandwidth_bytes_per_s / bytes_per_step * batch
 
 
+def compute_bound_tokens_per_s(flops_per_s: float, params: float) -> float:
+    """Upper bound on tokens/s (all sequences together) when decode is compute-bound: ~2 FLOPs per weight per token."""
+    return flops_per_s / (2 * params)
+
+
 def roofline_row(
     what: str,
     weight_bytes: int,
@@ -75,17 +82,26 @@ def roofline_row(
     context_tokens: int,
     bandwidth_bytes_per_s: float,
     tpot_ms: float | None = None,
+    *,
+    batch: int = 1,
+    compute_tokens_per_s: float | None = None,
 ) -> dict:
-    """One configuration against its bound, one sequence: bytes per step, bound and measured tokens/s
-    (measured = 1000 / TPOT ms) and measured / bound."""
-    step = decode_bytes_per_step(weight_bytes, kv_bytes_per_token, context_tokens)
-    bound = bound_tokens_per_s(bandwidth_bytes_per_s, step)
-    measured = 1000 / tpot_ms if tpot_ms else None
+    """One configuration against its roofs, `batch` sequences decoding together: bytes per step, the memory roof,
+    the compute roof when known (tokens/s), the lower of the two (`bound`), and measured tokens/s of the batch
+    (batch x 1000 / TPOT ms) against it."""
+    step = decode_bytes_per_step(weight_bytes, kv_bytes_per_token, context_tokens, batch)
+    memory = bound_tokens_per_s(bandwidth_bytes_per_s, step, batch)
+    bound = min(memory, compute_tokens_per_s) if compute_tokens_per_s else memory
+    measured = batch * 1000 / tpot_ms if tpot_ms else None
     return {
         "what": what,
+        "batch": batch,
         "bytes_per_step": step,
         "bandwidth_GB_s": bandwidth_bytes_per_s / 1e9,
+        "memory_bound_tokens_per_s": memory,
+        "compute_bound_tokens_per_s": compute_tokens_per_s,
         "bound_tokens_per_s": bound,
+        "limited_by": "compute" if compute_tokens_per_s and compute_tokens_per_s < memory else "memory",
         "measured_tokens_per_s": measured,
         "measured_vs_bound": measured / bound if measured else None,
     }

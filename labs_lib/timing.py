@@ -44,14 +44,12 @@ class RequestSpec:
     temperature: float = 0.0
     ignore_eos: bool = False  # vLLM and llama.cpp honour it: every request runs to max_tokens
     extra: dict = field(default_factory=dict)  # engine-specific body fields, e.g. {"cache_prompt": False}
+    include_usage: bool = True  # ask for the usage chunk (exact token counts); False sends what the articles send
 
     def body(self, model: str | None) -> dict:
-        body: dict = {
-            "max_tokens": self.max_tokens,
-            "temperature": self.temperature,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
+        body: dict = {"max_tokens": self.max_tokens, "temperature": self.temperature, "stream": True}
+        if self.include_usage:
+            body["stream_options"] = {"include_usage": True}
         if model:
             body["model"] = model
         if self.api == "chat":

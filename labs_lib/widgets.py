@@ -1,6 +1,7 @@
-"""Lab 01's explorer for JupyterLab: the capacity question answered live. Every control recomputes with
-the library's own functions (kv_math.kv_cache, kv_math.plan_capacity) and redraws with the function
-the headless cells call (plots.kv_memory_figure)."""
+"""The labs' explorers for JupyterLab. Each control recomputes with the library's own functions and redraws
+with the function the headless cells call: lab 01's capacity question (kv_math, plots.kv_memory_figure),
+lab 02's latency percentiles over the measured runs (load, plots.concurrency_figure), lab 03's sweep
+trade-offs (plots.tradeoff_figure) and lab 04's quantized configurations (plots.quant_tradeoff_figure)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import matplotlib.pyplot as plt
 
 from . import plots
 from .kv_math import DTYPES, GIB, kv_cache, plan_capacity
+from .load import LATENCY_METRICS, LoadResult, latency_table, latency_values_ms
 
 # log-spaced steps: the useful region of a 256 … 1M range is not a few pixels at the left
 SEQ_LENS = tuple(2**k for k in range(8, 21))  # 256 … 1,048,576 tokens
@@ -85,11 +87,47 @@ def _png(fig) -> bytes:
     return buffer.getvalue()
 
 
+def _number(value) -> float | None:
+    """A table cell as a plain float (None where pandas holds NaN/None)."""
+    return None if value is None or value != value else float(value)
+
+
 def _nearest(options: tuple[int, ...], value: int) -> int:
     return min(options, key=lambda o: abs(o - value))
 
 
-class KVExplorer:
+class _Explorer:
+    """What every explorer shares: `controls` (ipywidgets by name), a `readout` (HTML) and a `figure` (PNG bytes in an
+    Image, so a redraw is visible without a kernel's display hook) in `box`; each control change calls `update`,
+    which subclasses define, and counts a draw."""
+
+    controls: dict
+
+    def _build(self, css_class: str, rows) -> None:
+        import ipywidgets as w
+
+        self.readout = w.HTML()
+        self.figure = w.Image(format="png")
+        self.draws = 0
+        for control in self.controls.values():
+            control.observe(lambda change: self.update(), names="value")
+        self.box = w.VBox([rows, self.readout, self.figure])
+        self.box.add_class(css_class)
+        self.update()
+
+    def values(self) -> dict:
+        return {name: control.value for name, control in self.controls.items()}
+
+    def update(self):
+        raise NotImplementedError
+
+    def _ipython_display_(self):
+        from IPython.display import display
+
+        display(self.box)
+
+
+class KVExplorer(_Explorer):
     """model, GPU, KV dtype, gpu_memory_utilization, seq_len and batch; each change recomputes the KV bytes,
     the KV pool and vLLM's max concurrency (readout) and redraws the curves with the current point marked.
 
@@ -139,24 +177,9 @@ class KVExplorer:
         for control in self.controls.values():
             control.style = {"description_width": "80px"}
             control.layout = w.Layout(width="420px")
-        self.readout = w.HTML()
-        self.figure = w.Image(format="png")  # bytes drawn here, so a redraw is visible without a kernel's display hook
-        self.draws = 0
         self.state: ExplorerState | None = None
-        for control in self.controls.values():
-            control.observe(lambda change: self.update(), names="value")
-        self.box = w.VBox(
-            [
-                w.HBox([w.VBox(list(self.controls.values())[:3]), w.VBox(list(self.controls.values())[3:])]),
-                self.readout,
-                self.figure,
-            ]
-        )
-        self.box.add_class("kv-explorer")
-        self.update()
-
-    def values(self) -> dict:
-        return {name: control.value for name, control in self.controls.items()}
+        controls = list(self.controls.values())
+        self._build("kv-explorer", w.HBox([w.VBox(controls[:3]), w.VBox(controls[3:])]))
 
     def update(self) -> ExplorerState:
         """Recompute and redraw for the controls' current values (the controls' observer)."""
@@ -170,13 +193,8 @@ class KVExplorer:
         self.draws += 1
         return state
 
-    def _ipython_display_(self):
-        from IPython.display import display
 
-        display(self.box)
-
-
-class SweepExplorer:
+class SweepExplorer(_Explorer):
     """Lab 03's sweep results explored: choose the x and y metrics and what colours the series; each choice
     redraws with plots.tradeoff_figure, the function the headless cell calls. `table` is
     sweep_views.load_table rows (of several sweeps, with an "experiment" column)."""
@@ -193,18 +211,8 @@ class SweepExplorer:
             "y": w.Dropdown(options=metrics, value=y if y in metrics else metrics[-1], description="y"),
             "colour": w.Dropdown(options=groups, value=colour if colour in groups else groups[0], description="colour by"),
         }
-        self.readout = w.HTML()
-        self.figure = w.Image(format="png")
-        self.draws = 0
         self.points = 0
-        for control in self.controls.values():
-            control.observe(lambda change: self.update(), names="value")
-        self.box = w.VBox([w.HBox(list(self.controls.values())), self.readout, self.figure])
-        self.box.add_class("sweep-explorer")
-        self.update()
-
-    def values(self) -> dict:
-        return {name: control.value for name, control in self.controls.items()}
+        self._build("sweep-explorer", w.HBox(list(self.controls.values())))
 
     def update(self) -> int:
         """Redraw for the chosen metrics; returns the number of points drawn."""
@@ -220,7 +228,134 @@ class SweepExplorer:
         self.draws += 1
         return self.points
 
-    def _ipython_display_(self):
-        from IPython.display import display
 
-        display(self.box)
+PERCENTILE_STEPS = (50, 75, 90, 95, 99, 99.9)
+
+
+@dataclass(frozen=True)
+class LatencyState:
+    """What lab 02's explorer shows: one metric's p50 and p`percentile` at one measured concurrency (ms)."""
+
+    metric: str
+    percentile: float
+    concurrency: int
+    completed: int
+    values: int  # how many values the percentile is taken over (ITL: every gap of every request)
+    p50_ms: float | None
+    percentile_ms: float | None
+    max_ms: float | None
+    output_throughput: float | None  # tokens/s
+
+    def readout(self) -> str:
+        name, p = self.metric.upper(), f"p{self.percentile:g}"
+        if not self.values:
+            return f"<div class='latency-readout'>c={self.concurrency}: no {name} values (no request completed)</div>"
+        tail = (
+            f"<br>{self.values} values: {p} lies between the two largest, so it is set by the two slowest, not by a tail"
+            if self.percentile > 100 - 100 / max(self.values - 1, 1)
+            else ""
+        )
+        return (
+            f"<div class='latency-readout'>c={self.concurrency}: {self.completed} requests, {self.values} {name} values · "
+            f"p50 <b>{self.p50_ms:,.1f} ms</b> · {p} <b>{self.percentile_ms:,.1f} ms</b> · max {self.max_ms:,.1f} ms · "
+            f"{self.output_throughput or 0:,.1f} output tokens/s{tail}</div>"
+        )
+
+
+class LatencyExplorer(_Explorer):
+    """Lab 02's concurrency runs explored: pick the metric (TTFT, TPOT, ITL, E2E), the percentile and a measured
+    concurrency; the readout gives that level's numbers and the figure (plots.concurrency_figure, as the headless
+    cell draws it) the curves with the level marked and its distribution. `runs` are concurrency_sweep's."""
+
+    def __init__(self, runs: list[LoadResult], *, slots: int | None = None, metric: str = "ttft", percentile: float = 99):
+        import ipywidgets as w
+
+        self.runs = {run.settings["concurrency"]: run for run in runs}
+        self.slots = slots
+        levels = list(self.runs)
+        self.controls = {
+            "metric": w.Dropdown(options=[(m.upper(), m) for m in LATENCY_METRICS], value=metric, description="metric"),
+            "percentile": w.SelectionSlider(
+                options=[(f"p{p:g}", p) for p in PERCENTILE_STEPS],
+                value=min(PERCENTILE_STEPS, key=lambda p: abs(p - percentile)),
+                description="percentile",
+                continuous_update=False,
+            ),
+            "concurrency": w.SelectionSlider(
+                options=[(str(c), c) for c in levels], value=levels[-1], description="concurrency", continuous_update=False
+            ),
+        }
+        self.state: LatencyState | None = None
+        self._build("latency-explorer", w.HBox(list(self.controls.values())))
+
+    def update(self) -> LatencyState:
+        """Recompute and redraw for the controls' current values (the controls' observer)."""
+        v = self.values()
+        table = latency_table(list(self.runs.values()), v["metric"], v["percentile"])
+        run = self.runs[v["concurrency"]]
+        values = latency_values_ms(run.records, v["metric"])
+        row = table[table.concurrency == v["concurrency"]].iloc[0]
+        self.state = LatencyState(
+            metric=v["metric"],
+            percentile=v["percentile"],
+            concurrency=v["concurrency"],
+            completed=int(row.completed),
+            values=len(values),
+            p50_ms=_number(row[f"p50_{v['metric']}_ms"]),
+            percentile_ms=_number(row[f"p{v['percentile']:g}_{v['metric']}_ms"]),
+            max_ms=max(values) if values else None,
+            output_throughput=_number(row.output_throughput),
+        )
+        self.figure.value = _png(
+            plots.concurrency_figure(table, self.slots, v["metric"], v["percentile"], at=v["concurrency"], values_at=values)
+        )
+        self.readout.value = self.state.readout()
+        self.draws += 1
+        return self.state
+
+
+class QuantExplorer(_Explorer):
+    """Lab 04's configurations compared: pick which (variant/KV dtype rows of compare_variants or compare_models)
+    and the quality measure; the figure is plots.quant_tradeoff_figure, as the headless cell draws it, and the
+    readout the chosen rows' numbers with the best of them."""
+
+    def __init__(self, results, *, chosen: list[str] | None = None, quality: str = "perplexity"):
+        import ipywidgets as w
+
+        from .quant_compare import QUALITY, config_labels
+
+        self.results = results.set_index(config_labels(results))
+        measures = [q for q in QUALITY if q in results and results[q].notna().any()]
+        default = list(self.results[self.results.kv_dtype.isin(["f16", "auto"])].index)  # the weight variants
+        self.controls = {
+            "chosen": w.SelectMultiple(
+                options=list(self.results.index),
+                value=[c for c in (chosen or default or list(self.results.index)) if c in self.results.index],
+                description="compare",
+                rows=min(len(self.results), 10),
+            ),
+            "quality": w.Dropdown(options=measures, value=quality if quality in measures else measures[0], description="quality"),
+        }
+        self.best: str | None = None
+        self._build("quant-explorer", w.HBox(list(self.controls.values())))
+
+    def update(self) -> str | None:
+        """Redraw for the chosen rows; returns the best of them by the chosen quality measure (None if none)."""
+        from .quant_compare import QUALITY
+
+        v = self.values()
+        rows = self.results.loc[list(v["chosen"])]
+        quality = v["quality"]
+        if not len(rows):
+            self.best = None
+        else:
+            self.best = rows[quality].idxmin() if QUALITY[quality] == "lower" else rows[quality].idxmax()
+        self.figure.value = _png(plots.quant_tradeoff_figure(rows, quality))
+        columns = [c for c in ("file_MiB", "rss_MiB", "kv_MiB", "tpot_p50_ms", quality, "reference") if c in rows]
+        table = rows[columns].round(3).to_html(classes="quant-table", border=0) if len(rows) else ""
+        self.readout.value = (
+            f"<div class='quant-readout'>{len(rows)} configurations; best by {quality} ({QUALITY[quality]} is better): "
+            f"<b>{self.best or '-'}</b>{table}</div>"
+        )
+        self.draws += 1
+        return self.best

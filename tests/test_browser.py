@@ -1,9 +1,9 @@
 """The labs as participants use them: JupyterLab from the project's environment in headless Chromium.
 Lab 01 is opened and run whole with interactive=True; every control of its explorer is moved, and after
 each move the figure must change and the readouts must equal the library's numbers for the values the
-page shows. Lab 03 is run whole (quick sizes, the embedded engine) and its sweep explorer's dropdowns are
-moved; its readout must count what the library finds in the sweeps the run wrote. No cell may show an
-error. Screenshots of each state go to runs/browser/. Afterwards JupyterLab, its kernels and the
+page shows. Labs 02, 03 and 04 are run whole (quick sizes, the embedded engine) and their explorers'
+controls moved; each readout must equal what the test computes from the results the run wrote (lab 02's
+request records, lab 03's sweeps, lab 04's comparison). No cell may show an error. Screenshots of each state go to runs/browser/. Afterwards JupyterLab, its kernels and the
 engines they started are gone.
 
 Needs Chromium (Debian: `apt-get install chromium`, as root) and Playwright (`pip install playwright`;
@@ -13,6 +13,7 @@ is skipped with that line. `make screenshot` refreshes docs/explorer.png from th
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
@@ -59,9 +60,12 @@ def jupyterlab(tmp_path_factory):
     root = tmp_path_factory.mktemp("lab")
     for nb in (REPO / "notebooks").glob("*.ipynb"):
         shutil.copy(nb, root / nb.name)
-    # lab 03 at its quick sizes (its default is the full run): the copy's parameters cell, as a participant would edit it
-    lab03 = root / "03_vllm_tuning_sweeps.ipynb"
-    lab03.write_text(lab03.read_text().replace('"quick = False', '"quick = True', 1))
+    # labs 02-04 at their quick sizes (their default is the full run): the copy's parameters cell, as a participant
+    # would edit it
+    for name in ("02_streaming_timing.ipynb", "03_vllm_tuning_sweeps.ipynb", "04_quantization.ipynb"):
+        text = (root / name).read_text()
+        assert '"quick = False' in text, name
+        (root / name).write_text(text.replace('"quick = False', '"quick = True', 1))
     port, token, tag = free_port(), secrets.token_hex(16), f"browser-{os.getpid()}"
     # under the labs' own guard: if this test process dies (a CI timeout, a kill), JupyterLab and its kernels go too
     command = [
@@ -110,7 +114,8 @@ def jupyterlab(tmp_path_factory):
 
 
 def _shown(page) -> dict:
-    """The explorer's values as the page shows them, and its readout and image."""
+    """The explorer's values as the page shows them, and its readout and image. textContent, not innerText:
+    JupyterLab skips rendering cells out of view, and innerText is then empty."""
     box = page.locator(".kv-explorer")
     selects = box.locator("select")
     readouts = box.locator(".widget-readout")
@@ -118,10 +123,10 @@ def _shown(page) -> dict:
         "model": selects.nth(0).input_value(),
         "gpu": selects.nth(1).input_value(),
         "kv_dtype": selects.nth(2).input_value(),
-        "gpu_memory_utilization": float(readouts.nth(0).inner_text()),
-        "seq_len": int(readouts.nth(1).inner_text().replace(",", "")),
-        "batch": int(readouts.nth(2).inner_text()),
-        "readout": box.locator(".kv-readout").inner_text(),
+        "gpu_memory_utilization": float(readouts.nth(0).text_content()),
+        "seq_len": int(readouts.nth(1).text_content().replace(",", "")),
+        "batch": int(readouts.nth(2).text_content()),
+        "readout": box.locator(".kv-readout").text_content(),
         "image": box.locator("img").get_attribute("src"),
     }
 
@@ -158,17 +163,30 @@ def run_all(page, base: str, token: str, notebook: str, ready: str, limit_s: flo
     assert page.locator('[data-mime-type="application/vnd.jupyter.error"]').count() == 0, "a cell shows an error"
 
 
-def test_lab01_explorer_in_jupyterlab(jupyterlab):
+@contextlib.contextmanager
+def explorer_after_run_all(jupyterlab, notebook: str, css: str, readout: str, limit_s: float = LOAD_S):
+    """Headless Chromium on `notebook`, Run All done (run_all), the explorer `css` scrolled into view: yields
+    (page, explorer locator); afterwards no cell may show an error, and the browser is closed."""
     from playwright.sync_api import sync_playwright
 
-    base, token, tag = jupyterlab
+    base, token, _ = jupyterlab
     SHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"], headless=True)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        run_all(page, base, token, "01_kv_cache_memory.ipynb", ".kv-explorer .kv-readout")
-        explorer = page.locator(".kv-explorer")
-        explorer.scroll_into_view_if_needed()
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            run_all(page, base, token, notebook, f"{css} {readout}", limit_s)
+            explorer = page.locator(css)
+            explorer.scroll_into_view_if_needed()
+            yield page, explorer
+            assert page.locator('[data-mime-type="application/vnd.jupyter.error"]').count() == 0, "a cell shows an error"
+        finally:
+            browser.close()
+
+
+def test_lab01_explorer_in_jupyterlab(jupyterlab):
+    tag = jupyterlab[2]
+    with explorer_after_run_all(jupyterlab, "01_kv_cache_memory.ipynb", ".kv-explorer", ".kv-readout") as (page, explorer):
         first = _shown(page)
         _agrees_with_the_library(first)
         explorer.screenshot(path=str(SHOTS / "00-start.png"))
@@ -200,9 +218,7 @@ def test_lab01_explorer_in_jupyterlab(jupyterlab):
             handles.nth(1).focus()
             last = move(f"07-seq-len-{k}", lambda: handles.nth(1).press("ArrowRight"))
         assert last["seq_len"] >= 32 * first["seq_len"]
-        assert page.locator('[data-mime-type="application/vnd.jupyter.error"]').count() == 0
-        assert not re.search(r"Traceback|Error:", page.locator(".kv-explorer").inner_text())
-        browser.close()
+        assert not re.search(r"Traceback|Error:", page.locator(".kv-explorer").text_content())
     assert tagged_pids(tag)  # the server and its kernel are still up here; the fixture stops them and checks
 
 
@@ -210,20 +226,15 @@ def test_lab03_sweep_explorer_in_jupyterlab(jupyterlab):
     """Lab 03 run whole in the browser (quick sizes, the embedded engine), then its sweep explorer: each
     dropdown redraws, and the readout counts the points the library finds in the sweeps the run wrote."""
     import pandas as pd
-    from playwright.sync_api import sync_playwright
 
     from labs_lib import sweep_views as views
     from labs_lib.paths import REPO_DIR
     from labs_lib.sweep import load_results
 
-    base, token, _ = jupyterlab
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"], headless=True)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        run_all(page, base, token, "03_vllm_tuning_sweeps.ipynb", ".sweep-explorer .sweep-readout", limit_s=900)
-        explorer = page.locator(".sweep-explorer")
-        explorer.scroll_into_view_if_needed()
+    with explorer_after_run_all(jupyterlab, "03_vllm_tuning_sweeps.ipynb", ".sweep-explorer", ".sweep-readout", limit_s=900) as (
+        _page,
+        explorer,
+    ):
         files = sorted((REPO_DIR / "results" / "lab03").glob("*-llamacpp-quick.jsonl"))
         measured = pd.concat(
             [views.load_table(load_results(f)).assign(experiment=f.name.split("-llamacpp")[0]) for f in files], ignore_index=True
@@ -231,7 +242,7 @@ def test_lab03_sweep_explorer_in_jupyterlab(jupyterlab):
         selects = explorer.locator("select")
 
         def shown_now():
-            return explorer.locator("img").get_attribute("src"), explorer.locator(".sweep-readout").inner_text()
+            return explorer.locator("img").get_attribute("src"), explorer.locator(".sweep-readout").text_content()
 
         for i, (name, value) in enumerate((("x", "concurrency"), ("y", "TTFT p50"), ("colour", "config"))):
             before = shown_now()
@@ -242,5 +253,106 @@ def test_lab03_sweep_explorer_in_jupyterlab(jupyterlab):
             assert f"{len(shown)} measured points" in now[1], now[1]
             assert f"{shown[colour].nunique()} series by {colour}" in now[1], now[1]
             explorer.screenshot(path=str(SHOTS / f"lab03-{i + 1}-{name}.png"))
-        assert page.locator('[data-mime-type="application/vnd.jupyter.error"]').count() == 0
-        browser.close()
+
+
+def _moved(explorer, shown_now, act, what: str):
+    """Do `act`, then wait until the explorer's image and readout have both changed; the new readout."""
+    before = shown_now()
+    act()
+    return wait_for(lambda: (n := shown_now())[0] != before[0] and n[1] != before[1] and n, 60, f"a redraw after {what}", 0.2)[1]
+
+
+def test_lab02_latency_explorer_in_jupyterlab(jupyterlab):
+    """Lab 02 run whole in the browser (quick sizes, the embedded engine), then its latency explorer: metric,
+    percentile and concurrency moved; each readout equals the percentile the test takes (numpy, as vLLM's
+    benchmark does) over the request records the run saved."""
+    import json
+
+    import numpy as np
+    import pandas as pd
+
+    from labs_lib.paths import REPO_DIR
+
+    started = time.time()
+    with explorer_after_run_all(
+        jupyterlab, "02_streaming_timing.ipynb", ".latency-explorer", ".latency-readout", limit_s=900
+    ) as (_page, explorer):
+
+        def shown_now():
+            return explorer.locator("img").get_attribute("src"), " ".join(
+                explorer.locator(".latency-readout").text_content().split()
+            )
+
+        def agrees(readout: str) -> None:
+            metric = explorer.locator("select").evaluate("s => s.selectedOptions[0].textContent").lower()
+            marks = explorer.locator(".widget-readout")
+            percentile, level = float(marks.nth(0).text_content().lstrip("p")), int(marks.nth(1).text_content())
+            saved = REPO_DIR / "results" / "lab02" / f"concurrency-{level}.csv"
+            assert saved.stat().st_mtime >= started, f"{saved} was not written by this run"
+            ok = pd.read_csv(saved)
+            ok = ok[ok.error.isna()]
+            values = [g for cell in ok.itl_ms for g in json.loads(cell)] if metric == "itl" else list(ok[f"{metric}_ms"])
+            expected = (
+                f"c={level}:",
+                f"{len(values)} {metric.upper()} values",
+                f"p{percentile:g} {np.percentile(values, percentile):,.1f} ms",
+            )
+            assert all(part in readout for part in expected), (readout, expected)
+
+        agrees(shown_now()[1])
+        explorer.screenshot(path=str(SHOTS / "lab02-0-start.png"))
+        handles = explorer.locator(".noUi-handle")
+        steps = [
+            ("metric", lambda: explorer.locator("select").select_option("TPOT")),
+            ("percentile", lambda: (handles.nth(0).focus(), handles.nth(0).press("ArrowLeft"))),
+            ("concurrency", lambda: (handles.nth(1).focus(), handles.nth(1).press("ArrowLeft"))),
+            ("metric-itl", lambda: explorer.locator("select").select_option("ITL")),
+        ]
+        for i, (name, act) in enumerate(steps):
+            agrees(_moved(explorer, shown_now, act, name))
+            explorer.screenshot(path=str(SHOTS / f"lab02-{i + 1}-{name}.png"))
+
+
+def test_lab04_quant_explorer_in_jupyterlab(jupyterlab):
+    """Lab 04 run whole in the browser (quick sizes, the embedded engine), then its configuration explorer:
+    the chosen rows and the quality measure changed; each readout names the best of the chosen rows as the
+    test finds it in the comparison the run saved."""
+    import pandas as pd
+
+    from labs_lib.paths import REPO_DIR
+    from labs_lib.quant_compare import QUALITY, config_labels
+
+    started = time.time()
+    with explorer_after_run_all(jupyterlab, "04_quantization.ipynb", ".quant-explorer", ".quant-readout", limit_s=1200) as (
+        _page,
+        explorer,
+    ):
+        saved = REPO_DIR / "results" / "lab04" / "configurations-llamacpp.csv"
+        assert saved.stat().st_mtime >= started, f"{saved} was not written by this run"
+        compared = pd.read_csv(saved)
+        compared = compared.set_index(config_labels(compared))
+        chooser, quality = explorer.locator("select").nth(0), explorer.locator("select").nth(1)
+
+        def shown_now():
+            return explorer.locator("img").get_attribute("src"), " ".join(
+                explorer.locator(".quant-readout").text_content().split()
+            )
+
+        def agrees(readout: str) -> None:
+            chosen = chooser.evaluate("s => Array.from(s.selectedOptions).map(o => o.textContent)")
+            measure = quality.evaluate("s => s.selectedOptions[0].textContent")
+            rows = compared.loc[chosen, measure]
+            best = rows.idxmin() if QUALITY[measure] == "lower" else rows.idxmax()
+            assert f"{len(chosen)} configurations; best by {measure}" in readout and f": {best}" in readout, (readout, best)
+
+        agrees(shown_now()[1])
+        explorer.screenshot(path=str(SHOTS / "lab04-0-start.png"))
+        labels = list(compared.index)
+        steps = [
+            ("chosen", lambda: chooser.select_option(labels[-2:])),
+            ("quality", lambda: quality.select_option("top1_agreement")),
+            ("chosen-three", lambda: chooser.select_option(labels[1:4])),
+        ]
+        for i, (name, act) in enumerate(steps):
+            agrees(_moved(explorer, shown_now, act, name))
+            explorer.screenshot(path=str(SHOTS / f"lab04-{i + 1}-{name}.png"))

@@ -61,6 +61,36 @@ def test_harness_token_counts_equal_the_engines_metrics(engine):
     assert sum(r.prompt_tokens for r in ok) == counted["prompt_tokens"]
 
 
+def test_the_articles_snippets_replayed_as_written(engine):
+    """What the seeds receive: without stream_options the server sends the harness's stream less its usage-only
+    chunk (so the streamed snippets are applied to that); seed 003's unstreamed request gets the whole answer as
+    one line."""
+    from labs_lib import experiments, naive
+    from labs_lib.plots import _chunk_kind
+
+    ep = endpoint_for(engine)
+    prompts = PromptFactory(engine_tokenizer(engine.root_url), seed=3).prompts(2, 32)
+    traced = experiments.traced_requests(ep, prompts, 12, extra=engine.uncached_body)
+    for (rec, timer), prompt in zip(traced, prompts, strict=True):
+        assert rec.ok and rec.output_tokens == 12, rec.error
+        plain, plain_timer = measure(
+            ep, RequestSpec(prompt, 12, ignore_eos=True, include_usage=False, extra=engine.uncached_body), keep_trace=True
+        )
+        assert plain.ok and plain.tokens_estimated, plain.error
+        kinds = [_chunk_kind(line) for _, line in plain_timer.trace]
+        assert kinds == [_chunk_kind(line) for _, line in naive.as_the_seed_receives(timer.trace)]
+        assert "usage" in [_chunk_kind(line) for _, line in timer.trace] and "usage" not in kinds
+    unstreamed = experiments.unstreamed_requests(ep, prompts, 12, extra=engine.uncached_body)
+    for lines, _ in unstreamed:
+        assert len(lines) == 1, lines  # one JSON body: the first line seed 003 times is the whole answer
+        assert json.loads(lines[0][1])["usage"]["completion_tokens"] == 12
+    table = experiments.naive_vs_harness(traced, unstreamed).set_index("method")
+    assert table.loc["seed 003: unstreamed lines", "output_tokens"] == 1
+    assert (
+        table.loc["seed 002: data lines", "output_tokens"] > table.loc["harness (vllm bench serve definitions)", "output_tokens"]
+    )
+
+
 def test_open_loop_rate_is_poisson_and_seeded(engine):
     ep = endpoint_for(engine)
     specs = [RequestSpec(f"Count {i}", 2) for i in range(12)]

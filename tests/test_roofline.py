@@ -33,3 +33,19 @@ def test_measured_bandwidth_is_a_dram_figure():
     bw = measure_bandwidth(buffer_mib=64, repeats=2, threads=1)
     # a 64 MiB stream cannot come from cache; any machine that runs the labs reads 0.5-1000 GB/s
     assert 0.5e9 < bw.bytes_per_s < 1e12 and bw.median_bytes_per_s <= bw.bytes_per_s and bw.threads == 1
+
+
+def test_decode_runs_under_the_lower_roof_and_batching_lifts_only_the_memory_one():
+    from labs_lib.roofline import compute_bound_tokens_per_s
+
+    # 8.03e9 params at 989 dense bf16 TFLOP/s (H100 SXM): ~61,600 tokens/s of arithmetic, whatever the batch
+    compute = compute_bound_tokens_per_s(989e12, 8.03e9)
+    assert compute == pytest.approx(989e12 / 16.06e9)
+    one = roofline_row("x", 1000, 10, 100, 2000.0, tpot_ms=1000.0, compute_tokens_per_s=5.0)  # memory roof 1 tok/s
+    assert (one["bound_tokens_per_s"], one["limited_by"]) == (pytest.approx(1.0), "memory")
+    eight = roofline_row("x", 1000, 10, 100, 2000.0, tpot_ms=1000.0, batch=8, compute_tokens_per_s=5.0)
+    # 8 sequences: 1000 + 8 x 1000 bytes per step at 2000 B/s = 2/9 steps/s, x 8 = 1.78 tok/s; compute still 5
+    assert eight["memory_bound_tokens_per_s"] == pytest.approx(8 * 2000 / 9000)
+    assert eight["measured_tokens_per_s"] == pytest.approx(8.0) and eight["compute_bound_tokens_per_s"] == 5.0
+    many = roofline_row("x", 1000, 0, 100, 2000.0, batch=64, compute_tokens_per_s=5.0)  # no KV: memory roof 128
+    assert (many["bound_tokens_per_s"], many["limited_by"]) == (5.0, "compute")

@@ -128,15 +128,25 @@ def test_request_body():
 
 def test_naive_methods_overcount_on_a_real_stream():
     trace, end = REAL["trace"], REAL["end_s"]
-    assert naive.seed002_data_lines(trace, end)["output_tokens"] == 12 + 3  # role, finish and usage chunks counted
-    assert naive.seed003_all_lines(trace, end)["output_tokens"] == 2 * (12 + 4)  # blank lines and [DONE] too
-    assert naive.seed004_lines_tpot(trace, end)["output_tokens"] == 12 + 4
+    seen = naive.as_the_seed_receives(trace)  # no seed asked for the usage chunk: it is the one line taken out
+    assert len(seen) == len(trace) - 1 and not any('"choices":[]' in line.replace(" ", "") for _, line in seen)
+    assert naive.seed002_data_lines(seen, end)["output_tokens"] == 12 + 2  # role and finish chunks counted
+    assert naive.seed004_lines_tpot(seen, end)["output_tokens"] == 12 + 3  # and [DONE]
+    assert naive.seed002_data_lines(trace, end)["output_tokens"] == 12 + 3  # with the usage chunk, one more
     text = "".join(
         json.loads(line[5:])["choices"][0]["delta"].get("content") or ""
         for _, line in trace
         if line.startswith("data: {") and json.loads(line[5:])["choices"]
     )
-    assert naive.seed000_len_over_1_5(trace, end)["output_tokens"] == pytest.approx(len(text) / 1.5)
+    assert naive.seed000_len_over_1_5(seen, end)["output_tokens"] == pytest.approx(len(text) / 1.5)
+
+
+def test_seed003_unstreamed_times_the_whole_body():
+    """Seed 003's script as written gets one JSON body: the first line is the answer, one line one 'token'."""
+    body = [(0.84, b'{"choices":[{"message":{"content":"..."}}],"usage":{"completion_tokens":64}}')]
+    got = naive.seed003_unstreamed(body, 0.84)
+    assert got == {"ttft_ms": pytest.approx(840), "output_tokens": 1, "decode_tokens_per_s": pytest.approx(1 / 0.84)}
+    assert naive.seed003_unstreamed([], 0.1)["ttft_ms"] is None
 
 
 def test_network_reads_split_anywhere_give_the_same_record():

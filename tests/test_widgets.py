@@ -1,5 +1,7 @@
-"""Lab 01's explorer, through its own callback: every control change recomputes with the library's
-functions and redraws (the browser test, tests/test_browser.py, moves the same controls in JupyterLab)."""
+"""The labs' explorers, through their own callbacks: every control change recomputes with the library's
+functions and redraws (the browser test, tests/test_browser.py, moves the same controls in JupyterLab).
+Lab 01's over the catalogues, lab 02's over a concurrency sweep measured here on the embedded engine,
+labs 03 and 04's over real results (tests/fixtures/)."""
 
 import itertools
 from pathlib import Path
@@ -120,3 +122,105 @@ def test_the_sweep_explorer_redraws_every_choice_over_the_measured_points(measur
         assert explorer.draws == draws + 1 and explorer.figure.value != before, name
         assert explorer.points == len(shown)
         assert f"{shown[v['colour']].nunique()} series by {v['colour']}" in explorer.readout.value
+
+
+# ---- lab 02's latency explorer, over a concurrency sweep measured on the embedded engine
+
+
+@pytest.fixture(scope="module")
+def measured_runs():
+    from labs_lib import experiments
+    from labs_lib.endpoints import endpoint_for
+    from labs_lib.engines import EngineConfig
+    from labs_lib.engines.llamacpp import LlamaCppEngine
+    from labs_lib.load import run_blocking
+    from labs_lib.prompts import PromptFactory
+
+    with LlamaCppEngine(EngineConfig(ctx=2048, parallel=2)) as engine:
+        factory = PromptFactory(engine.prompt_tokenizer(), seed=0)
+        table, runs, _ = run_blocking(
+            experiments.concurrency_sweep(
+                endpoint_for(engine), factory, [1, 2, 4], requests=5, prompt_tokens=32, max_tokens=8, progress=False
+            )
+        )
+    return table, runs
+
+
+@pytest.mark.engine
+def test_the_latency_explorer_reads_the_measured_records(measured_runs):
+    import numpy as np
+
+    from labs_lib.widgets import LatencyExplorer
+
+    table, runs = measured_runs
+    explorer = LatencyExplorer(runs, slots=2, metric="ttft", percentile=99)
+    s = explorer.state  # the last level, TTFT p50/p99: the sweep's own table (Summary) says the same
+    last = table[table.concurrency == 4].iloc[0]
+    assert s.concurrency == 4 and s.completed == 5 == s.values
+    assert (s.p50_ms, s.percentile_ms) == pytest.approx((last.p50_ttft_ms, last.p99_ttft_ms))
+    assert "set by the two slowest" in explorer.readout.value  # 5 values: p99 lies between the two largest
+    by_level = {run.settings["concurrency"]: run for run in runs}
+    changes = [("metric", "tpot"), ("percentile", 90), ("concurrency", 1), ("metric", "itl"), ("percentile", 50)]
+    changes += [("metric", "e2e"), ("concurrency", 2), ("percentile", 99.9)]
+    for name, value in changes:
+        before, draws = explorer.figure.value, explorer.draws
+        explorer.controls[name].value = value
+        v, s = explorer.values(), explorer.state
+        ok = [r for r in by_level[v["concurrency"]].records if r.ok]
+        values = [g for r in ok for g in r.itl_ms] if v["metric"] == "itl" else [getattr(r, f"{v['metric']}_ms") for r in ok]
+        # the definition, straight from the records: numpy's percentile, as vLLM's benchmark takes it
+        assert s.values == len(values) and s.max_ms == max(values), name
+        assert s.percentile_ms == pytest.approx(np.percentile(values, v["percentile"])), name
+        assert s.p50_ms == pytest.approx(np.median(values)), name
+        if v["percentile"] in (50, 90, 99):  # and the run's Summary, where it has that percentile
+            stats = getattr(by_level[v["concurrency"]].summary, f"{v['metric']}_ms")
+            assert s.percentile_ms == pytest.approx(getattr(stats, f"p{v['percentile']}")), name
+        assert f"{s.percentile_ms:,.1f} ms" in explorer.readout.value, name
+        tail = v["percentile"] > 100 - 100 / (len(values) - 1)
+        assert ("set by the two slowest" in explorer.readout.value) == tail, (name, len(values))
+        assert explorer.draws == draws + 1 and explorer.figure.value != before, f"no redraw after {name}"
+
+
+def test_latency_metrics_and_percentiles_are_checked():
+    from labs_lib.errors import BadInput
+    from labs_lib.load import latency_values_ms, percentile_ms
+
+    with pytest.raises(BadInput, match="metric: 'ttlt' is not allowed; allowed: ttft, tpot, itl, e2e"):
+        latency_values_ms([], "ttlt")
+    for bad in (101, -1, "99", True):
+        with pytest.raises(BadInput, match="percentile"):
+            percentile_ms([1.0], bad)
+    assert percentile_ms([], 50) is None and percentile_ms([3.0, 1.0, 2.0], 50) == 2.0
+
+
+# ---- lab 04's configuration explorer, over a real comparison (tests/fixtures/quant/README.md)
+
+
+@pytest.fixture
+def compared():
+    import pandas as pd
+
+    return pd.read_csv(Path(__file__).parent / "fixtures" / "quant" / "configurations-llamacpp-quick.csv")
+
+
+def test_the_quant_explorer_compares_the_chosen_configurations(compared):
+    from labs_lib.quant_compare import QUALITY, config_labels, rank
+    from labs_lib.widgets import QuantExplorer
+
+    explorer = QuantExplorer(compared, quality="perplexity")
+    labels = list(config_labels(compared))
+    weights = [label for label, kv in zip(labels, compared.kv_dtype, strict=True) if kv == "f16"]
+    assert list(explorer.values()["chosen"]) == weights and len(weights) < len(labels)  # KV variants there, not chosen
+    assert explorer.best == rank(compared[compared.kv_dtype == "f16"])[0]
+    changes = [("chosen", labels[-2:]), ("quality", "top1_agreement"), ("chosen", labels[1:4]), ("quality", "delta_nll")]
+    for name, value in changes:
+        before, draws = explorer.figure.value, explorer.draws
+        explorer.controls[name].value = value
+        v = explorer.values()
+        rows = compared.set_index(config_labels(compared)).loc[list(v["chosen"])]
+        best = rows[v["quality"]].idxmin() if QUALITY[v["quality"]] == "lower" else rows[v["quality"]].idxmax()
+        assert explorer.best == best and f"<b>{best}</b>" in explorer.readout.value, name
+        assert f"{len(rows)} configurations" in explorer.readout.value
+        assert explorer.draws == draws + 1 and explorer.figure.value != before, f"no redraw after {name}"
+    explorer.controls["chosen"].value = []
+    assert explorer.best is None and "0 configurations" in explorer.readout.value

@@ -79,3 +79,21 @@ def time_to_error_figure(outcomes: list[Outcome]):
     ax.invert_yaxis()
     fig.tight_layout()
     return fig
+
+
+def unauthorized_body(base_url: str, model: str | None, wrong_key: str, timeout_s: float = 15.0) -> tuple[int | None, str]:
+    """What a server answers to a chat request with a wrong key: (HTTP status, its body in one line, keys masked,
+    cut to 300 characters), or (None, the transport error) when it cannot be reached."""
+    import httpx
+
+    body = {"model": model or "any", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}
+    try:
+        resp = httpx.post(
+            base_url.rstrip("/") + "/chat/completions",
+            json=body,
+            headers={"Authorization": f"Bearer {wrong_key}"},
+            timeout=timeout_s,
+        )
+    except httpx.HTTPError as exc:
+        return None, redact(f"{type(exc).__name__}: {exc}")[:300]
+    return resp.status_code, " ".join(redact(resp.text).split())[:300]

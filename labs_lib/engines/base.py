@@ -175,6 +175,10 @@ class Engine:
         """The KV allocation in a few columns, for comparison tables."""
         return {}
 
+    def kernel_lines(self) -> list[str]:
+        """What the engine logged about the weights' quantization and the kernels it picked (empty if it says nothing)."""
+        return []
+
     def weight_bytes(self) -> int | None:
         """Bytes of the weights a decode step reads (None when the engine cannot tell)."""
         return None

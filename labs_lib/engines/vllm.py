@@ -386,6 +386,20 @@ class VLLMEngine(Engine):
             f"engine:   {self.install.describe()}",
         ]
 
+    def kernel_lines(self) -> list[str]:
+        """The quantization and KV dtype vLLM settled on (its "Initializing a V1 LLM engine" line: a pre-quantized
+        checkpoint needs no --quantization, vLLM reads it from the checkpoint and picks the kernel) and the kernels it
+        logged choosing ("Selected <kernel> for <method>", "Using <kernel> for <method>", "Using <X> backend")."""
+        log = self.log_text()
+        lines = []
+        config = re.search(r"quantization=([^,]+), .*?kv_cache_dtype=([^,]+),", log)
+        if config:
+            lines.append(f"quantization={config.group(1)}, kv_cache_dtype={config.group(2)}")
+        for m in re.finditer(r"(Selected \w+ for \w+|Using \w+ for \w+Method|Using [\w.]+ backend)", log):
+            if m.group(1) not in lines:
+                lines.append(m.group(1))
+        return lines
+
     def weight_bytes(self) -> int | None:
         folder = Path(self.config.model) if self.config.model else hf_model_dir()
         files = list(folder.glob("*.safetensors")) if folder.is_dir() else []

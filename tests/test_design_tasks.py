@@ -1,0 +1,70 @@
+"""The design tasks judge a participant's proposal with the lab's own numbers: the planner (lab 01), measured
+sweep rows (labs 02-04; here lab 03's real sweep, tests/fixtures/sweeps/README.md) and the doctor (lab 05)."""
+
+from pathlib import Path
+
+import pytest
+
+from labs_lib import sweep_views as views
+from labs_lib.design_tasks import _capacity_designs, check_capacity_design, check_choice, check_client_design
+from labs_lib.kv_math import plan_capacity
+from labs_lib.sweep import load_results
+
+
+def test_capacity_design_is_judged_by_the_planner(capsys):
+    assert check_capacity_design(None) is None and "Hint" in capsys.readouterr().out
+    plan = plan_capacity("llama-3.1-8b", 8192, kv_dtype="fp8", gpu="L40S", gpu_memory_utilization=0.9)
+    works = check_capacity_design({"model": "llama-3.1-8b", "kv_dtype": "fp8", "max_num_seqs": 64})
+    assert works == (plan.max_concurrency >= 50) and f"{plan.max_concurrency:,.1f} sequences" in capsys.readouterr().out
+    assert check_capacity_design({"model": "qwen2.5-7b", "kv_dtype": "bf16", "max_num_seqs": 64}) is True
+    assert check_capacity_design({"model": "qwen2.5-7b", "kv_dtype": "bf16", "max_num_seqs": 32}) is False
+    assert "admits fewer than 50" in capsys.readouterr().out
+    assert check_capacity_design({"model": "gpt-7", "kv_dtype": "fp8", "max_num_seqs": 64}) is False
+    out = capsys.readouterr().out
+    assert "gpt-7" in out and len(out.strip().splitlines()) == 1  # one line, no traceback
+    shown = _capacity_designs(50, 8192, "L40S", 0.9)
+    assert shown and all(float(s.split("(")[1].split()[0].replace(",", "")) >= 50 for s in shown)
+
+
+@pytest.fixture
+def batching():
+    return views.load_table(load_results(Path(__file__).parent / "fixtures" / "sweeps" / "batching-llamacpp-quick.jsonl"))
+
+
+def test_a_choice_is_judged_against_the_measured_rows(batching, capsys):
+    limit = 1000.0
+    allowed = batching[batching["TTFT p99"] < limit]
+    best = allowed.loc[allowed["goodput req/s"].idxmax()]
+    over = batching[batching["TTFT p99"] >= limit].iloc[0]
+    other = allowed[allowed.index != best.name].iloc[0]
+    kw = {"keys": ("config", "concurrency"), "limit_column": "TTFT p99", "limit": limit, "objective": "goodput req/s"}
+    pick = lambda row: {"config": row["config"], "concurrency": int(row["concurrency"])}  # noqa: E731
+    assert check_choice("", None, batching, **kw) is None
+    assert check_choice("", pick(best), batching, **kw) is True
+    assert check_choice("", pick(over), batching, **kw) is False and "over the limit" in capsys.readouterr().out
+    assert check_choice("", pick(other), batching, **kw) is False
+    out = capsys.readouterr().out
+    assert "meets the limit" in out and best["config"] not in out.split("meets the limit")[1]  # no answer yet
+    assert check_choice("", "show", batching, **kw) is False
+    assert f"config={best['config']}" in capsys.readouterr().out
+    assert check_choice("", {"config": "parallel=99", "concurrency": 1}, batching, **kw) is False
+    assert check_choice("", {"config": "x"}, batching, **kw) is False and "not allowed" in capsys.readouterr().out
+
+
+@pytest.mark.engine
+def test_a_client_design_is_judged_by_the_doctor(monkeypatch, capsys):
+    from conftest import fake_key
+
+    from labs_lib.engines import EngineConfig
+    from labs_lib.engines.llamacpp import LlamaCppEngine
+
+    monkeypatch.setenv("DESIGN_KEY", fake_key("design-"))
+    with LlamaCppEngine(EngineConfig(ctx=1024, parallel=1, api_key_env="DESIGN_KEY")) as engine:
+        right = {"base_url": engine.base_url, "api_key_env": "DESIGN_KEY", "model": engine.model_id}
+        assert check_client_design(right) is True, capsys.readouterr().out
+        assert check_client_design({**right, "api_key_env": "NO_SUCH_VARIABLE"}) is False
+        assert "fails" in capsys.readouterr().out
+        assert check_client_design({**right, "model": "claude-3-5-sonnet"}) is False  # llama.cpp answers; the doctor warns
+        assert "'5 model' warns" in capsys.readouterr().out
+        assert check_client_design({**right, "base_url": engine.base_url.removesuffix("/v1") + "/api"}) is False
+    assert "design-" not in capsys.readouterr().out  # the key is never shown

@@ -12,7 +12,7 @@ import pandas as pd
 from . import naive
 from .endpoints import Endpoint
 from .engines.metrics import delta, scrape, token_counts
-from .load import LoadResult, run_load
+from .load import LoadResult, percentile_ms, run_load
 from .prompts import PromptFactory
 from .timing import TIMEOUT_S, TRANSPORT_ERRORS, RequestRecord, RequestSpec, StreamTimer, measure
 
@@ -289,20 +289,20 @@ async def static_vs_continuous(
         batch = await run_load(endpoint, specs[i : i + slots], concurrency=slots, progress=False)
         done += [(offset_ms + r.sent_s * 1000 + r.e2e_ms, r.output_tokens or 0) for r in batch.records if r.ok]
     rows.append(("static batches", time.perf_counter() - start, done, requests))
-    return pd.DataFrame(
-        [
-            {
-                "mode": mode,
-                "requests": sent,
-                "completed": len(done),
-                "all_done_s": wall_s,
-                "output_tok_s": sum(n for _, n in done) / wall_s,
-                "p50_completion_ms": float(np.percentile([t for t, _ in done], 50)) if done else None,
-                "p99_completion_ms": float(np.percentile([t for t, _ in done], 99)) if done else None,
-            }
-            for mode, wall_s, done, sent in rows
-        ]
-    )
+
+    def summary(mode: str, wall_s: float, done: list[tuple[float, int]], sent: int) -> dict:
+        completion_ms = [t for t, _ in done]
+        return {
+            "mode": mode,
+            "requests": sent,
+            "completed": len(done),
+            "all_done_s": wall_s,
+            "output_tok_s": sum(n for _, n in done) / wall_s,
+            "p50_completion_ms": percentile_ms(completion_ms, 50),  # the one percentile definition (load.py)
+            "p99_completion_ms": percentile_ms(completion_ms, 99),
+        }
+
+    return pd.DataFrame([summary(*row) for row in rows])
 
 
 async def rate_sweep(

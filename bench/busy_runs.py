@@ -42,8 +42,12 @@ def run_once(tests: list[str], marker: str, workers: int, log_path: Path) -> tup
         busy.send_signal(signal.SIGINT)
         busy.wait()
     wall_s = time.monotonic() - started
-    lines = [line for line in log_path.read_text().splitlines() if re.search(r"\d+ (passed|failed)", line)]
-    return code, wall_s, (lines[-1].strip("= ") if lines else "no summary")
+    lines = [line for line in log_path.read_text().splitlines() if re.search(r"\d+ (passed|failed|skipped)", line)]
+    summary = lines[-1].strip("= ") if lines else "no summary"
+    if code == 0 and not re.search(r"[1-9]\d* passed", summary):
+        # a run that skipped everything (e.g. vLLM not installed) proves nothing: count it as failed
+        return 5, wall_s, f"{summary}: nothing passed"
+    return code, wall_s, summary
 
 
 def main() -> int:

@@ -10,7 +10,7 @@ context), its prefill speed, and the engine's tokens/s at concurrency 1 (1000 / 
 default configuration (the shipped Q4_K_M, engine defaults) at >= 70% of the lower roof. Diagnostics for the default, in interleaved
 rounds: one thread instead of all, flash attention forced off/on, batch sizes, two sequences at once.
 
-    .venv/bin/python bench/decode_roofline.py [--variants Q4_K_M,F16,Q8_0,Q4_0] [--requests 5]
+    .venv/bin/python bench/decode_roofline.py [--variants Q4_K_M,F16,Q8_0,Q4_0-PURE] [--requests 5]
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from labs_lib.endpoints import endpoint_for
 from labs_lib.engines import EngineConfig, make_engine
 from labs_lib.gguf_meta import read_gguf_meta
 from labs_lib.kv_math import kv_cache
-from labs_lib.load import run_blocking, run_load, warm_up
+from labs_lib.load import prefill_tokens_per_s, run_blocking, run_load, warm_up
 from labs_lib.prompts import PromptFactory, engine_tokenizer
 from labs_lib.quant import ORIGINAL, build_variant, variant_path
 from labs_lib.roofline import measure_bandwidth, roofline_row
@@ -48,16 +48,14 @@ def decode_speed(config: EngineConfig, requests: int, prompt_tokens: int, max_to
         run_blocking(warm_up(endpoint, 2))
         specs = [RequestSpec(p, max_tokens, ignore_eos=True) for p in factory.prompts(requests, prompt_tokens)]
         run = run_blocking(run_load(endpoint, specs, concurrency=concurrency, progress=False))
-        long = [RequestSpec(p, 1, extra=engine.uncached_body) for p in factory.prompts(2, PREFILL_TOKENS)]
-        prefill = run_blocking(run_load(endpoint, long, concurrency=1, progress=False)).records
+        prefill = run_blocking(prefill_tokens_per_s(endpoint, factory.prompts(2, PREFILL_TOKENS), extra=engine.uncached_body))
     ok = [r for r in run.records if r.ok and r.tpot_ms]
     if not ok:
         raise SystemExit(f"no request succeeded: {[r.error for r in run.records][:2]}")
-    rates = [r.prompt_tokens * 1000 / r.server_prompt_ms for r in prefill if r.ok and r.prompt_tokens and r.server_prompt_ms]
     return {
         "tpot_ms": float(np.median([r.tpot_ms for r in ok])),
         "output_tok_s": run.summary.output_throughput,
-        "prefill_tok_s": float(np.median(rates)) if rates else None,
+        "prefill_tok_s": prefill,
     }
 
 
@@ -106,7 +104,7 @@ def diagnose(args, ctx: int) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--variants", default=f"{ORIGINAL},F16,Q8_0,Q4_0")
+    parser.add_argument("--variants", default=f"{ORIGINAL},F16,Q8_0,Q4_0-PURE")
     parser.add_argument("--requests", type=int, default=5)
     parser.add_argument("--prompt-tokens", type=int, default=64)
     parser.add_argument("--max-tokens", type=int, default=64)

@@ -36,13 +36,25 @@ def check_choice(
     objective: str,
     higher_is_better: bool = True,
     hint: str = "",
+    limit_column_low: str | None = None,
 ) -> bool | None:
     """Judge a choice among measured rows (`design` names a row by `keys`): does it stay under the limit, and is it
-    the best row that does? Prints one verdict; returns True/False, None when not answered."""
+    the best row that does? Prints one verdict; returns True/False, None when not answered.
+
+    With `limit_column_low` (the low end of limit_column's confidence interval) the measurement cannot always say
+    whether a row meets the limit: the best row by the measured value and the best row whose interval reaches
+    under the limit are both accepted, the second with a note that more data would decide."""
     best = best_row(table, limit_column=limit_column, limit=limit, objective=objective, higher_is_better=higher_is_better)
+    bests = [best] if best is not None else []
+    if limit_column_low:
+        maybe = best_row(
+            table, limit_column=limit_column_low, limit=limit, objective=objective, higher_is_better=higher_is_better
+        )
+        if maybe is not None and all(not maybe.equals(b) for b in bests):
+            bests.append(maybe)
     label = f" {label}" if label else ""
     name = ", ".join(keys)
-    best_text = "no measured row meets it" if best is None else ", ".join(f"{k}={best[k]}" for k in keys)
+    best_text = " or ".join(", ".join(f"{k}={b[k]}" for k in keys) for b in bests) or "no measured row meets it"
     if design is None:
         print(f"Design{label}: not answered yet: set design = {{{', '.join(repr(k) + ': ...' for k in keys)}}}. {hint}")
         return None
@@ -59,12 +71,20 @@ def check_choice(
         print(f"Design{label}: no measured row has {design}; choose among the rows the run measured ({name}).")
         return False
     row = rows.iloc[0]
-    if not row[limit_column] < limit:
-        print(f"Design{label}: {design} has {limit_column} {row[limit_column]:,.1f}, over the limit {limit:,.1f}. {hint}")
+    if not row[limit_column_low or limit_column] < limit:
+        print(f"Design{label}: {design} has {limit_column} {row[limit_column]:,.4g}, over the limit {limit:,.4g}. {hint}")
         return False
-    if best is not None and all(str(row[k]) == str(best[k]) for k in keys):
+    same = [all(str(row[k]) == str(b[k]) for k in keys) for b in bests]
+    if len(same) > 1 and same[1] and not same[0]:
         print(
-            f"Design{label}: correct: {design} meets {limit_column} < {limit:,.1f} with the best {objective} ({row[objective]:,.2f})."
+            f"Design{label}: correct as far as this measurement can tell: {design} has {limit_column} "
+            f"{row[limit_column]:,.4g}, over the limit, but its interval reaches down to {row[limit_column_low]:,.4g}; "
+            "more data (a longer run, more tokens) would decide."
+        )
+        return True
+    if any(same):
+        print(
+            f"Design{label}: correct: {design} meets {limit_column} < {limit:,.4g} with the best {objective} ({row[objective]:,.2f})."
         )
         return True
     better = "higher" if higher_is_better else "lower"

@@ -301,3 +301,13 @@ def run_blocking(coro):
         return asyncio.run(coro)
     coro.close()
     raise LabsError("an event loop is already running (a notebook?): use `await` instead of run_blocking")
+
+
+async def prefill_tokens_per_s(endpoint: Endpoint, prompts: list[str], *, extra: dict | None = None) -> float | None:
+    """Median prefill speed (prompt tokens/s) by the server's own prompt timings, one uncached prompt at a time
+    (`extra`: the engine's uncached_body). Long prompts run the kernels at their best, so this is the compute
+    roof the roofline compares decode with. None when the server reports no prompt timings (vLLM does not)."""
+    specs = [RequestSpec(p, 1, extra=extra or {}) for p in prompts]
+    records = (await run_load(endpoint, specs, concurrency=1, progress=False)).records
+    rates = [r.prompt_tokens * 1000 / r.server_prompt_ms for r in records if r.ok and r.prompt_tokens and r.server_prompt_ms]
+    return float(np.median(rates)) if rates else None

@@ -58,27 +58,69 @@ def setup(lab: str) -> None:
 
 SHOW = "show"  # the answer that asks for the expected value
 _misses: dict[str, int] = {}  # per exercise label, in this kernel
+_predictions: dict[str, object] = {}  # per exercise label: what was written before the run
 
 
-def check_exercise(label: str, answer: object, expected: float | str, *, rel_tol: float = 0.01, hint: str = "") -> bool | None:
-    """Print whether `answer` is within rel_tol of `expected` (a name: equal, ignoring case); None when not answered.
+def record_predictions(predictions: dict[str, object]) -> None:
+    """The lab's "Predict first" cell: what the participant expects before running anything, by exercise label.
+    check_exercise compares each with the measurement once that exercise is answered."""
+    _predictions.clear()
+    _predictions.update({str(k): v for k, v in predictions.items()})
+
+
+def check_exercise(
+    label: str,
+    answer: object,
+    expected: float | str | tuple[float, float] | list[str],
+    *,
+    rel_tol: float = 0.01,
+    hint: str = "",
+    prediction: object = None,
+) -> bool | None:
+    """Print whether `answer` matches `expected`; None when not answered. `expected` is a number (within rel_tol),
+    a name (equal, ignoring case), an interval (low, high) such as a measured 95% confidence interval (anything
+    inside counts), or a list of names (any of them counts: e.g. every variant the measurement cannot tell apart).
 
     Hints come before answers: a first miss shows the hint only, a second the hint again, and the expected value
-    is shown after two misses in this kernel or when the answer is "show"."""
+    is shown after two misses in this kernel or when the answer is "show".
+
+    `prediction` (by default the one record_predictions holds for this label) is what the participant wrote
+    before running the lab; once the exercise is answered correctly (or shown), a second line compares it with
+    the measurement."""
     hint = f" Hint: {hint}" if hint else ""
+    prediction = _predictions.get(label) if prediction is None else prediction
+    verdict = _check(label, answer, expected, rel_tol, hint)
+    if verdict is not None and (verdict or _misses.get(label, 0) >= 2 or _asked_to_show(answer)):
+        print(f"  {_against_prediction(prediction, expected)}")
+    return verdict
+
+
+def _asked_to_show(answer: object) -> bool:
+    return isinstance(answer, str) and answer.strip().lower() == SHOW
+
+
+def _against_prediction(prediction: object, expected) -> str:
+    if prediction is None:
+        return "No prediction written before the run (the Predict first cell): predicting first is the point."
+    if _matches(prediction, expected, 0.0):
+        return f"Your prediction before the run, {prediction!r}, was right."
+    try:
+        value = float(prediction)  # type: ignore[arg-type]
+        target = float(expected)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return f"Your prediction before the run was {prediction!r}; the run says {_shown(expected)}."
+    ratio = value / target if target else float("inf")
+    return f"Your prediction before the run was {value:,.4g}: {ratio:,.2f}x the measured {_shown(expected)}."
+
+
+def _check(label: str, answer: object, expected, rel_tol: float, hint: str) -> bool | None:
     if answer is None:
-        print(f"Exercise {label}: not answered yet: write your prediction, run the cell, compare.{hint}")
+        print(f"Exercise {label}: not answered yet: answer from what the run measured, then run this cell.{hint}")
         return None
-    if isinstance(answer, str) and answer.strip().lower() == SHOW:
+    if _asked_to_show(answer):
         print(f"Exercise {label}: the measured/computed answer is {_shown(expected)}.")
         return False
-    if isinstance(expected, str):
-        ok = str(answer).strip().lower() == expected.lower()
-    else:
-        try:
-            ok = abs(float(answer) - expected) <= rel_tol * abs(expected)
-        except (TypeError, ValueError):
-            ok = False
+    ok = _matches(answer, expected, rel_tol)
     if ok:
         print(f"Exercise {label}: correct ({answer!r}; expected {_shown(expected)}).")
         _misses.pop(label, None)
@@ -91,7 +133,25 @@ def check_exercise(label: str, answer: object, expected: float | str, *, rel_tol
     return False
 
 
-def _shown(expected: float | str) -> str:
+def _matches(answer: object, expected, rel_tol: float) -> bool:
+    if isinstance(expected, list):
+        return any(_matches(answer, e, rel_tol) for e in expected)
+    if isinstance(expected, str):
+        return str(answer).strip().lower() == expected.lower()
+    try:
+        value = float(answer)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    if isinstance(expected, tuple):
+        return expected[0] <= value <= expected[1]
+    return abs(value - expected) <= rel_tol * abs(expected)
+
+
+def _shown(expected) -> str:
+    if isinstance(expected, list):
+        return "any of " + ", ".join(map(str, expected))
+    if isinstance(expected, tuple):
+        return f"anything in [{expected[0]:,.4g}, {expected[1]:,.4g}] (the measured 95% interval)"
     return expected if isinstance(expected, str) else f"{expected:,.4g}"
 
 

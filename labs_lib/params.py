@@ -120,11 +120,11 @@ def lab03(*, engine, model, slo_ttft_ms, slo_tpot_ms, resume, quick, interactive
 
 
 def lab04(*, engine, variants, kv_dtypes, eval_tokens, gpu_models, quick, interactive) -> SimpleNamespace:
-    from .quant import check_variant
+    from .quant import ORIGINAL, VARIANTS, check_variant
     from .quant_compare import KV_DTYPES, VLLM_CPU_MODELS
 
     if not isinstance(variants, (list, tuple)) or not variants:
-        raise BadInput("variants", variants, "allowed: a non-empty list among F16, BF16, Q8_0, Q5_1, Q5_0, Q4_1, Q4_0, Q4_K_M")
+        raise BadInput("variants", variants, "allowed: a non-empty list among " + ", ".join(VARIANTS))
     if not isinstance(kv_dtypes, (list, tuple)) or not kv_dtypes:
         raise BadInput("kv_dtypes", kv_dtypes, "allowed: a non-empty list among " + ", ".join(KV_DTYPES))
     for k in kv_dtypes:
@@ -140,14 +140,14 @@ def lab04(*, engine, variants, kv_dtypes, eval_tokens, gpu_models, quick, intera
         vllm_models=list(gpu_models) if on_gpu else [dict(m) for m in VLLM_CPU_MODELS],  # vLLM on CPU: the shipped model
         variants=names,
         kv_dtypes=[str(k).lower() for k in kv_dtypes],
-        eval_tokens=positive_int("eval_tokens", eval_tokens, maximum=4096),
+        eval_tokens=positive_int("eval_tokens", eval_tokens, minimum=32, maximum=1024),
         gpu_models=list(gpu_models),
         quick=quick,
         interactive=flag("interactive", interactive),
     )
     if quick:
-        p.variants = [v for v in names if v in ("F16", "Q8_0", "Q4_0", "Q4_K_M")] or names[:2]
-        p.eval_tokens = min(p.eval_tokens, 48)
+        p.variants = [v for v in names if v in (ORIGINAL, "F16", "Q8_0", "Q4_0", "Q4_0-PURE")] or names[:2]
+        p.eval_tokens = min(p.eval_tokens, 128)
     return p
 
 

@@ -282,12 +282,18 @@ def tradeoff_figure(table, x: str = "TTFT p99", y: str = "tok/s", colour: str = 
 
 def quant_tradeoff_figure(rows, quality: str = "perplexity"):
     """Memory against quality and speed against quality, one labelled point per configuration (rows indexed by
-    quant_compare.config_labels; memory is the weight file's MiB, or resident MiB when there is no file)."""
+    quant_compare.config_labels; memory is the weight file's MiB, or resident MiB when there is no file). A
+    measure with `<quality>_ci_low/_ci_high` columns gets its 95% interval as an error bar."""
     size = "file_MiB" if "file_MiB" in rows else "rss_MiB"
+    has_ci = f"{quality}_ci_low" in rows and f"{quality}_ci_high" in rows
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.8))
     for label, r in rows.iterrows():
         for ax, x in ((a, r[size]), (b, r["tpot_p50_ms"])):
-            ax.scatter(x, r[quality])
+            if has_ci:
+                err = [[r[quality] - r[f"{quality}_ci_low"]], [r[f"{quality}_ci_high"] - r[quality]]]
+                ax.errorbar(x, r[quality], yerr=err, fmt="o", capsize=3)
+            else:
+                ax.scatter(x, r[quality])
             ax.annotate(str(label), (x, r[quality]), textcoords="offset points", xytext=(4, 4), fontsize=8)
     a.set(xlabel=size.replace("_", " "), ylabel=quality.replace("_", " "), title=f"Memory vs {quality}")
     b.set(xlabel="TPOT p50 (ms)", ylabel=quality.replace("_", " "), title=f"Speed vs {quality}")

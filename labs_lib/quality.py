@@ -1,8 +1,12 @@
 """Quality of a model variant, measured: exact teacher-forced log-probabilities of a fixed text.
 
 Each engine produces Scores its own way (Engine.score: llama.cpp forces the tokens with a grammar,
-vLLM reports prompt_logprobs). From them: mean NLL (nats/token), perplexity = exp(NLL), and agreement
-with a reference variant: top-1 agreement, mean |Δ log-prob|, and the length of the identical greedy prefix.
+vLLM reports prompt_logprobs), with each position's TOP_K most likely tokens. From them:
+- mean NLL (nats/token) and perplexity = exp(NLL);
+- against a reference variant, per position: ΔNLL (nats), KL(reference ‖ variant) (nats), and whether
+  the top-1 token agrees;
+- 95% confidence intervals of the means by a block bootstrap over positions (neighbouring tokens are
+  not independent, so whole blocks are resampled).
 """
 
 from __future__ import annotations
@@ -12,12 +16,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+TOP_K = 20  # tokens reported per position: vLLM's default max_logprobs; llama.cpp's n_probs takes the same
+BOOTSTRAP_BLOCK = 16  # tokens per resampled block
+BOOTSTRAP_RESAMPLES = 2000
+
 
 @dataclass
 class Scores:
     token_ids: list[int]  # the scored text's tokens (BOS excluded)
     logprobs: np.ndarray  # log p(token_i | BOS, tokens_<i), natural log
     top1_ids: list[int]  # the model's own most likely token at each position
+    top_logprobs: list[dict[int, float]] | None = None  # each position's TOP_K most likely tokens -> log-prob
 
     @property
     def nll(self) -> float:
@@ -41,10 +50,98 @@ def identical_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
+def kl_lower_bound(p_top: dict[int, float], q_top: dict[int, float], forced: tuple[int, float, float] | None = None) -> float:
+    """KL(P ‖ Q) in nats at one position, from the log-probs each model reported for its top tokens.
+
+    Tokens with both probabilities known (reported by both, plus `forced`: (token, log p, log q) of the
+    scored token) keep their own terms; every other token is merged into one "rest" bucket. Merging
+    outcomes never increases KL (the log-sum inequality), so this is a lower bound of the full-vocabulary
+    KL; it is tight when the K reported tokens hold nearly all of P's mass."""
+    known = {t: (p, q_top[t]) for t, p in p_top.items() if t in q_top}
+    if forced is not None:
+        known[forced[0]] = (forced[1], forced[2])
+    if not known:
+        return 0.0
+    logp = np.array([v[0] for v in known.values()])
+    logq = np.array([v[1] for v in known.values()])
+    p = np.exp(logp)
+    kl = float(np.sum(p * (logp - logq)))
+    p_rest = 1.0 - float(p.sum())
+    q_rest = 1.0 - float(np.exp(logq).sum())
+    if p_rest > 1e-9:
+        kl += p_rest * math.log(p_rest / max(q_rest, 1e-12))
+    return max(kl, 0.0)
+
+
+def per_token(reference: Scores, other: Scores) -> dict[str, np.ndarray]:
+    """Per position: delta_nll (nats; positive = other is worse), kl (nats, a lower bound; NaN without
+    top_logprobs) and top1_agree (1.0 or 0.0)."""
+    if reference.token_ids != other.token_ids:
+        raise ValueError("the two scores are of different texts")
+    delta_nll = reference.logprobs - other.logprobs
+    if reference.top_logprobs is not None and other.top_logprobs is not None:
+        kl = np.array(
+            [
+                kl_lower_bound(p, q, (t, lp, lq))
+                for p, q, t, lp, lq in zip(
+                    reference.top_logprobs,
+                    other.top_logprobs,
+                    reference.token_ids,
+                    reference.logprobs,
+                    other.logprobs,
+                    strict=True,
+                )
+            ]
+        )
+    else:
+        kl = np.full(len(delta_nll), np.nan)
+    agree = np.array([float(a == b) for a, b in zip(reference.top1_ids, other.top1_ids, strict=True)])
+    return {"delta_nll": delta_nll, "kl": kl, "top1_agree": agree}
+
+
+def bootstrap_ci(
+    values: np.ndarray,
+    *,
+    block: int = BOOTSTRAP_BLOCK,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Confidence interval of the mean of per-token values: blocks of `block` consecutive tokens resampled
+    with replacement (a moving-block bootstrap), percentile interval. Deterministic for a given seed."""
+    values = np.asarray(values, dtype=float)
+    if len(values) == 0 or np.isnan(values).all():
+        return (math.nan, math.nan)
+    block = max(1, min(block, len(values)))
+    starts = np.arange(len(values) - block + 1)
+    blocks_needed = -(-len(values) // block)
+    rng = np.random.default_rng(seed)
+    chosen = rng.choice(starts, size=(resamples, blocks_needed))
+    idx = (chosen[:, :, None] + np.arange(block)).reshape(resamples, -1)[:, : len(values)]
+    means = values[idx].mean(axis=1)
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(means, [tail, 100 - tail])
+    return (float(low), float(high))
+
+
 def agreement(reference: Scores, other: Scores) -> dict[str, float]:
-    """How closely `other` follows `reference` on the same text."""
+    """How closely `other` follows `reference` on the same text: means and 95% bootstrap intervals.
+
+    perplexity_ratio = exp(ΔNLL), so its interval is exp of ΔNLL's."""
+    tokens = per_token(reference, other)
+    dn_low, dn_high = bootstrap_ci(tokens["delta_nll"])
+    kl_low, kl_high = bootstrap_ci(tokens["kl"])
+    delta_nll = float(tokens["delta_nll"].mean())
     return {
-        "delta_nll": other.nll - reference.nll,
-        "top1_agreement": float(np.mean([a == b for a, b in zip(reference.top1_ids, other.top1_ids, strict=True)])),
-        "mean_abs_delta_logprob": float(np.mean(np.abs(reference.logprobs - other.logprobs))),
+        "delta_nll": delta_nll,
+        "delta_nll_ci_low": dn_low,
+        "delta_nll_ci_high": dn_high,
+        "perplexity_ratio": math.exp(delta_nll),
+        "perplexity_ratio_ci_low": math.exp(dn_low),
+        "perplexity_ratio_ci_high": math.exp(dn_high),
+        "kl": float(np.mean(tokens["kl"])),
+        "kl_ci_low": kl_low,
+        "kl_ci_high": kl_high,
+        "top1_agreement": float(tokens["top1_agree"].mean()),
+        "mean_abs_delta_logprob": float(np.mean(np.abs(tokens["delta_nll"]))),
     }

@@ -1,9 +1,20 @@
 """Weight variants of the shipped Gemma 3 270M, built once into the cache and reused.
 
-The shipped file is Q4_K_M (a mix of Q4_K, Q5_0, Q6_K, Q8_0 and F32 tensors). A variant dequantizes
-every tensor (gguf's dequantize) and re-quantizes each 2-D weight to one format (gguf's quantize);
-1-D tensors (norms) stay F32. So "F16" holds Q4_K_M's quality at 16-bit storage cost: it is the
-reference the other variants are compared with, not the original bf16 model.
+The shipped file is Q4_K_M: llama.cpp's quantizer gave each tensor its own type (Q4_K, Q6_K, and the
+Q5_0/Q8_0 fallbacks for rows of 640 values, which K-quants' 256-value blocks do not divide; norms F32).
+It is the only copy of the model that reaches these machines, so it is **the reference**: a variant
+dequantizes every tensor (gguf's dequantize) and re-quantizes it (gguf's quantize), choosing each
+tensor's type by the rules of llama.cpp's `src/llama-quant.cpp` (`tensor_type` below):
+- norms and other 1-D tensors stay as they are;
+- the token embedding, which Gemma ties to the output layer, takes the output layer's rule: Q6_K unless
+  the format is Q8_0, falling back to Q8_0 because 640 is not a multiple of 256;
+- Q4_K_M gives attn_v and ffn_down of some layers (`_use_more_bits`) Q6_K;
+- a type whose block does not divide a row falls back (Q4_K→Q5_0, Q5_K→Q5_1, Q6_K→Q8_0).
+A "-PURE" variant (`llama-quantize --pure`) puts every matrix, the embedding included, in one format.
+"F16" stores the reference's values in 16 bits: a check that the pipeline measures no loss where
+there is none, not a better model. Re-quantizing already-quantized values is partly circular (a Q5_0
+block re-quantizes to itself), so `change_from_reference` measures how many weights each variant
+actually changed.
 
 The metadata (262,144 tokenizer strings) is copied byte for byte with general.file_type patched,
 which keeps a build to seconds instead of parsing every string.
@@ -32,7 +43,9 @@ from .paths import cache_dir
 
 ORIGINAL = "Q4_K_M"
 FILE_TYPE = {"F16": 1, "BF16": 32, "Q8_0": 7, "Q5_1": 9, "Q5_0": 8, "Q4_1": 3, "Q4_0": 2}  # llama_ftype values
-VARIANTS = (ORIGINAL, *FILE_TYPE)
+PURE = "-PURE"
+VARIANTS = (ORIGINAL, *FILE_TYPE, *(f"{f}{PURE}" for f in FILE_TYPE if f.startswith("Q")))
+FALLBACK = {QType.Q4_K: QType.Q5_0, QType.Q5_K: QType.Q5_1, QType.Q6_K: QType.Q8_0}  # llama-quant.cpp
 
 
 @dataclass(frozen=True)
@@ -63,10 +76,48 @@ def variant_path(name: str) -> Path:
     return cache_dir() / "variants" / f"gemma-3-270m-{name.lower()}.gguf"
 
 
-def _target(shape: tuple[int, ...], source_type: str, target: QType) -> QType:
-    if len(shape) < 2:  # norms and other vectors stay F32, as llama.cpp's quantize keeps them
-        return QType.F32
-    return target if shape[0] % GGML_QUANT_SIZES[target][0] == 0 else QType.F16
+def _plan(meta, name: str) -> list[QType]:
+    planned = planned_types(meta, name)
+    return [QType[planned[t.name]] for t in meta.tensors]
+
+
+def _use_more_bits(i_layer: int, n_layers: int) -> bool:
+    """llama-quant.cpp's choice of the layers whose attn_v and ffn_down Q4_K_M keeps in more bits."""
+    return i_layer < n_layers // 8 or i_layer >= 7 * n_layers // 8 or (i_layer - n_layers // 8) % 3 == 2
+
+
+def tensor_type(name: str, shape: tuple[int, ...], ftype: str, n_layers: int) -> QType | None:
+    """The type llama.cpp's quantizer gives one tensor of this model (tied embedding, no experts, no
+    imatrix) for an ftype ("Q4_0", "Q4_0-PURE", "F16", "Q4_K_M", …); None: the tensor is kept as it is.
+    shape is GGUF's (ne[0] = the row length first)."""
+    if len(shape) < 2 or not name.endswith("weight") or name.endswith("_norm.weight"):
+        return None
+    pure = ftype.endswith(PURE)
+    base = ftype.removesuffix(PURE)
+    if base in ("F16", "BF16", "F32"):
+        return QType[base]
+    t = QType.Q4_K if base == ORIGINAL else QType[base]
+    if not pure:
+        layer = int(name.split(".")[1]) if name.startswith("blk.") else 0
+        if name in ("output.weight", "token_embd.weight"):  # Gemma ties them: the embedding takes the output rule
+            t = QType.Q8_0 if shape[0] % GGML_QUANT_SIZES[t][0] else (t if t == QType.Q8_0 else QType.Q6_K)
+        elif base == ORIGINAL and ("attn_v.weight" in name or "ffn_down" in name) and _use_more_bits(layer, n_layers):
+            t = QType.Q6_K
+    if shape[0] % GGML_QUANT_SIZES[t][0]:
+        t = FALLBACK.get(t, QType.F16)
+        if shape[0] % GGML_QUANT_SIZES[t][0]:
+            t = QType.F16
+    return t
+
+
+def planned_types(meta, ftype: str) -> dict[str, str]:
+    """Tensor name -> the type name llama.cpp's rules give it for ftype (kept tensors: their own type)."""
+    n_layers = 1 + max((int(t.name.split(".")[1]) for t in meta.tensors if t.name.startswith("blk.")), default=0)
+    planned = {}
+    for t in meta.tensors:
+        qt = tensor_type(t.name, t.shape, ftype, n_layers)
+        planned[t.name] = t.type_name if qt is None else qt.name
+    return planned
 
 
 def _pad(n: int, align: int) -> int:
@@ -78,23 +129,22 @@ def _string(s: str) -> bytes:
     return struct.pack("<Q", len(raw)) + raw
 
 
-def _expected_bytes(meta, target: QType) -> int:
+def _expected_bytes(meta, plan: list[QType]) -> int:
     total = 0
-    for t in meta.tensors:
-        qt = _target(t.shape, t.type_name, target)
+    for t, qt in zip(meta.tensors, plan, strict=True):
         bv, bb = GGML_QUANT_SIZES[qt]
         total += _pad(t.n_elements // bv * bb, meta.alignment)
     return total
 
 
-def _check_room(meta, target: QType, folder: Path) -> None:
+def _check_room(meta, name: str, plan: list[QType], folder: Path) -> None:
     import psutil
 
-    need_disk = _expected_bytes(meta, target) + meta.data_start
+    need_disk = _expected_bytes(meta, plan) + meta.data_start
     free_disk = shutil.disk_usage(folder).free
     if free_disk < need_disk * 1.1:
         raise LabsError(
-            f"not enough disk to build {target.name}: it needs {need_disk / 2**20:,.0f} MiB in {folder}, "
+            f"not enough disk to build {name}: it needs {need_disk / 2**20:,.0f} MiB in {folder}, "
             f"{free_disk / 2**20:,.0f} MiB are free"
         )
     largest = max(t.n_elements for t in meta.tensors)
@@ -102,8 +152,7 @@ def _check_room(meta, target: QType, folder: Path) -> None:
     free_ram = psutil.virtual_memory().available
     if free_ram < need_ram + 512 * 2**20:
         raise LabsError(
-            f"not enough memory to build {target.name}: about {need_ram / 2**30:.1f} GiB needed, "
-            f"{free_ram / 2**30:.1f} GiB available"
+            f"not enough memory to build {name}: about {need_ram / 2**30:.1f} GiB needed, {free_ram / 2**30:.1f} GiB available"
         )
 
 
@@ -132,24 +181,23 @@ def build_variant(name: str, *, source: Path | None = None, force: bool = False,
         return describe(name, path)
     source = source or default_model_path()
     meta = read_gguf_meta(source)
-    target = QType[name]
-    expected = meta.data_start + _expected_bytes(meta, target)
+    types = _plan(meta, name)
+    expected = meta.data_start + _expected_bytes(meta, types)
     if path.exists() and not force and path.stat().st_size >= expected - meta.alignment * len(meta.tensors):
         try:
             return describe(name, path)
         except BadInput:
             pass  # a broken earlier copy: rebuild
     path.parent.mkdir(parents=True, exist_ok=True)
-    _check_room(meta, target, path.parent)
+    _check_room(meta, name, types, path.parent)
     started = time.perf_counter()
     raw = np.memmap(source, dtype=np.uint8, mode="r")
     tmp = path.with_suffix(".partial")
     kv = bytearray(raw[meta.kv_span[0] : meta.kv_span[1]])
     ft = meta.value_offsets["general.file_type"] - meta.kv_span[0]
-    kv[ft : ft + 4] = struct.pack("<I", FILE_TYPE[name])
+    kv[ft : ft + 4] = struct.pack("<I", FILE_TYPE[name.removesuffix(PURE)])
     plan, offset, infos = [], 0, []
-    for t in meta.tensors:
-        qt = _target(t.shape, t.type_name, target)
+    for t, qt in zip(meta.tensors, types, strict=True):
         bv, bb = GGML_QUANT_SIZES[qt]
         nbytes = t.n_elements // bv * bb
         infos.append(
@@ -186,8 +234,48 @@ def describe(name: str, path: Path) -> Variant:
     return Variant(name, path, path.stat().st_size, dict(Counter(t.type_name for t in meta.tensors)))
 
 
+def _dequantized(raw: np.ndarray, meta, t) -> np.ndarray:
+    start = meta.data_start + t.offset
+    block = np.asarray(raw[start : start + t.n_bytes])
+    return np.frombuffer(_convert(block, QType[t.type_name], QType.F32, t.shape[0]), dtype=np.float32)
+
+
+def change_from_reference(name: str) -> dict[str, float]:
+    """How much a variant changed the reference's weights: the share of weights moved by more than 16-bit
+    rounding (a relative 2^-11, so storing in F16 counts as no change) and the relative RMS of the change (‖variant − reference‖ / ‖reference‖ over every weight). A format that
+    re-quantizes a block to itself changes nothing there; the measured quality loss is then a lower bound
+    of what the format would cost starting from the original 16-bit weights. Cached beside the variant."""
+    import json
+
+    name = check_variant(name)
+    path = variant_path(name)
+    if name == ORIGINAL:
+        return {"weights_changed": 0.0, "relative_rms_change": 0.0}
+    stamp = f"v2:{path.stat().st_size}:{path.stat().st_mtime_ns}"
+    sidecar = path.with_suffix(".change.json")
+    if sidecar.exists():
+        saved = json.loads(sidecar.read_text())
+        if saved.get("stamp") == stamp:
+            return saved["change"]
+    ref_meta, var_meta = read_gguf_meta(variant_path(ORIGINAL)), read_gguf_meta(path)
+    ref_raw = np.memmap(variant_path(ORIGINAL), dtype=np.uint8, mode="r")
+    var_raw = np.memmap(path, dtype=np.uint8, mode="r")
+    changed = total = 0
+    diff_sq = ref_sq = 0.0
+    for ref_t, var_t in zip(ref_meta.tensors, var_meta.tensors, strict=True):
+        a, b = _dequantized(ref_raw, ref_meta, ref_t), _dequantized(var_raw, var_meta, var_t)
+        changed += int(np.count_nonzero(np.abs(b - a) > np.abs(a) * 2.0**-11))
+        total += a.size
+        diff_sq += float(np.sum((b.astype(np.float64) - a) ** 2))
+        ref_sq += float(np.sum(a.astype(np.float64) ** 2))
+    change = {"weights_changed": changed / total, "relative_rms_change": (diff_sq / ref_sq) ** 0.5}
+    sidecar.write_text(json.dumps({"stamp": stamp, "change": change}))
+    return change
+
+
 def variants_table(names: list[str], *, build: bool = True, progress: bool = True) -> pd.DataFrame:
-    """File size, bits per weight and tensor-type mix of each variant (built when missing)."""
+    """File size, bits per weight, tensor-type mix and change from the reference of each variant (built
+    when missing)."""
     rows = []
     for name in names:
         v = build_variant(name, progress=progress) if build else describe(name, variant_path(name))
@@ -198,6 +286,7 @@ def variants_table(names: list[str], *, build: bool = True, progress: bool = Tru
                 "file_MiB": round(v.file_bytes / 2**20, 1),
                 "bits_per_weight": round(8 * meta.tensor_bytes / meta.n_params, 3),
                 "tensor types": ", ".join(f"{k}x{n}" for k, n in sorted(v.tensor_types.items())),
+                **{k: float(f"{x:.3g}") for k, x in change_from_reference(v.name).items()},
                 "build_s": round(v.build_s, 1) if v.build_s is not None else None,
                 "path": str(v.path),
             }

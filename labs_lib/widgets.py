@@ -351,7 +351,8 @@ class QuantExplorer(_Explorer):
         else:
             self.best = rows[quality].idxmin() if QUALITY[quality] == "lower" else rows[quality].idxmax()
         self.figure.value = _png(plots.quant_tradeoff_figure(rows, quality))
-        columns = [c for c in ("file_MiB", "rss_MiB", "kv_MiB", "tpot_p50_ms", quality, "reference") if c in rows]
+        shown = ("file_MiB", "rss_MiB", "kv_MiB", "tpot_p50_ms", quality, f"{quality}_ci_low", f"{quality}_ci_high", "reference")
+        columns = [c for c in shown if c in rows]
         table = rows[columns].round(3).to_html(classes="quant-table", border=0) if len(rows) else ""
         self.readout.value = (
             f"<div class='quant-readout'>{len(rows)} configurations; best by {quality} ({QUALITY[quality]} is better): "

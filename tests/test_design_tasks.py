@@ -51,6 +51,40 @@ def test_a_choice_is_judged_against_the_measured_rows(batching, capsys):
     assert check_choice("", {"config": "x"}, batching, **kw) is False and "not allowed" in capsys.readouterr().out
 
 
+def test_an_interval_accepts_the_best_row_that_surely_or_possibly_meets_the_limit(capsys):
+    import pandas as pd
+
+    # lab 04's shape: perplexity ratio to the reference with its 95% interval; the limit is 1.05
+    table = pd.DataFrame(
+        {
+            "configuration": ["Q8_0/f16", "Q5_0/f16", "Q4_0/f16", "Q4_0-PURE/f16"],
+            "file_MiB": [278.0, 242.2, 230.2, 150.2],
+            "perplexity_ratio": [1.001, 1.02, 1.06, 1.31],
+            "perplexity_ratio_ci_low": [0.999, 1.01, 1.03, 1.22],
+        }
+    )
+    kw = {
+        "keys": ("configuration",),
+        "limit_column": "perplexity_ratio",
+        "limit": 1.05,
+        "objective": "file_MiB",
+        "higher_is_better": False,
+    }
+    # without the interval only Q5_0 is right; with it Q4_0 (1.06, interval down to 1.03) may meet 1.05 too
+    assert check_choice("", {"configuration": "Q4_0/f16"}, table, **kw) is False and "over the limit" in capsys.readouterr().out
+    assert check_choice("", {"configuration": "Q5_0/f16"}, table, **kw) is True
+    lenient = {**kw, "limit_column_low": "perplexity_ratio_ci_low"}
+    assert check_choice("", {"configuration": "Q4_0/f16"}, table, **lenient) is True
+    assert "as far as this measurement can tell" in capsys.readouterr().out
+    assert check_choice("", {"configuration": "Q5_0/f16"}, table, **lenient) is True
+    assert "correct: " in capsys.readouterr().out
+    assert check_choice("", {"configuration": "Q8_0/f16"}, table, **lenient) is False
+    assert check_choice("", {"configuration": "Q4_0-PURE/f16"}, table, **lenient) is False
+    capsys.readouterr()
+    assert check_choice("", "show", table, **lenient) is False
+    assert "configuration=Q5_0/f16 or configuration=Q4_0/f16" in capsys.readouterr().out
+
+
 @pytest.mark.engine
 def test_a_client_design_is_judged_by_the_doctor(monkeypatch, capsys):
     from conftest import fake_key

@@ -23,3 +23,41 @@ def test_show_asks_for_the_answer_and_names_compare_without_case(capsys):
     out = capsys.readouterr().out
     assert "Q8_0" not in out.split("not quite")[-1] and "lowest perplexity" in out
     assert lab.check_exercise("t5", "twelve", 12.0) is False  # not a number: a miss, not a traceback
+
+
+def test_a_measured_interval_accepts_any_answer_inside_it(capsys):
+    lab._misses.clear()
+    interval = (1.012, 1.047)
+    assert lab.check_exercise("t6", 1.02, interval) is True
+    assert lab.check_exercise("t6", 1.047, interval) is True  # the ends belong to it
+    assert lab.check_exercise("t7", 1.05, interval) is False  # within 1% of the high end, still outside
+    assert "1.012" not in capsys.readouterr().out.split("t7")[-1]  # a first miss does not give it away
+    assert lab.check_exercise("t7", "show", interval) is False
+    assert "[1.012, 1.047]" in capsys.readouterr().out
+
+
+def test_a_list_of_names_accepts_any_of_them(capsys):
+    lab._misses.clear()
+    tied = ["Q8_0", "F16"]  # e.g. every variant whose interval overlaps the best one's
+    assert lab.check_exercise("t8", "f16", tied) is True
+    assert lab.check_exercise("t8", "Q4_0", tied) is False
+    assert lab.check_exercise("t8", "Q4_0", tied) is False
+    assert "any of Q8_0, F16" in capsys.readouterr().out
+
+
+def test_the_prediction_written_before_the_run_is_compared_once_answered(capsys):
+    lab._misses.clear()
+    assert lab.check_exercise("p1", None, 480.0, prediction=120) is None
+    assert "120" not in capsys.readouterr().out  # nothing about the prediction before an answer
+    assert lab.check_exercise("p1", 100, 480.0, prediction=120) is False
+    assert "prediction" not in capsys.readouterr().out  # nor after a first miss: it would hint at the answer
+    assert lab.check_exercise("p1", 481, 480.0, prediction=120) is True
+    assert "Your prediction before the run was 120: 0.25x the measured 480" in capsys.readouterr().out
+    assert lab.check_exercise("p2", "show", "Q8_0", prediction="q8_0") is False
+    assert "was right" in capsys.readouterr().out
+    assert lab.check_exercise("p3", 1.02, (1.01, 1.05)) is True
+    assert "No prediction written before the run" in capsys.readouterr().out
+    lab.record_predictions({"p4": 1.2})  # the lab's Predict first cell
+    assert lab.check_exercise("p4", 1.02, (1.01, 1.05)) is True
+    assert "Your prediction before the run was 1.2; the run says anything in [1.01, 1.05]" in capsys.readouterr().out
+    lab.record_predictions({})

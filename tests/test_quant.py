@@ -17,13 +17,35 @@ from labs_lib.quant_compare import QuantSettings, compare_variants, rank
 
 
 def test_variants_are_built_once_and_reused():
-    first = quant.build_variant("Q4_0", progress=False)
+    first = quant.build_variant("Q4_0-PURE", progress=False)
     meta = read_gguf_meta(first.path)
-    assert first.tensor_types == {"F32": 109, "Q4_0": 127}
+    assert first.tensor_types == {"F32": 109, "Q4_0": 127}  # --pure: the tied embedding too
     assert meta.n_params == read_gguf_meta(quant.variant_path("Q4_K_M")).n_params
     assert meta.fields["general.file_type"] == 2 and meta.array_lengths["tokenizer.ggml.tokens"] == 262144
-    again = quant.build_variant("Q4_0", progress=False)
+    again = quant.build_variant("Q4_0-PURE", progress=False)
     assert again.build_s is None and again.path == first.path
+
+
+def test_llama_quant_rules_reproduce_the_shipped_file_and_keep_the_embedding_in_8_bits():
+    shipped = read_gguf_meta(quant.variant_path("Q4_K_M"))
+    planned = quant.planned_types(shipped, "Q4_K_M")
+    assert {t.name: t.type_name for t in shipped.tensors} == planned  # every one of the 236 tensors
+    q4 = quant.build_variant("Q4_0", progress=False)
+    types = {t.name: t.type_name for t in read_gguf_meta(q4.path).tensors}
+    # the tied embedding/output takes Q6_K, which 640-value rows cannot hold: Q8_0, as llama-quantize does
+    assert types["token_embd.weight"] == "Q8_0" and types["blk.0.ffn_down.weight"] == "Q4_0"
+    assert q4.tensor_types == {"F32": 109, "Q4_0": 126, "Q8_0": 1}
+    assert 6.9 < q4.bits_per_weight < 7.1 < 7.3 < shipped.tensor_bytes * 8 / shipped.n_params < 7.4
+
+
+def test_change_from_reference_tells_rounding_from_requantizing():
+    f16, q5, pure = (
+        quant.change_from_reference(quant.build_variant(v, progress=False).name) for v in ("F16", "Q5_0", "Q4_0-PURE")
+    )
+    assert f16["weights_changed"] == 0 and f16["relative_rms_change"] < 1e-4  # 16-bit storage: rounding only
+    # most of the shipped tensors are Q5_0 already: re-quantizing them to Q5_0 gives them back unchanged
+    assert 0 < q5["weights_changed"] < 0.2 < 0.8 < pure["weights_changed"]
+    assert q5["relative_rms_change"] < pure["relative_rms_change"]
 
 
 def test_unknown_variant_and_short_disk(monkeypatch):
@@ -80,7 +102,7 @@ def test_scorer_logprobs_equal_the_engines_own_while_generating_greedily():
 def test_quality_ranks_as_measured():
     df = run_blocking(
         compare_variants(
-            ["Q8_0", "Q4_0"],
+            ["Q8_0", "Q4_0-PURE"],
             ["f16", "q4_0"],
             reference="Q8_0",
             kv_variant="Q8_0",
@@ -91,22 +113,35 @@ def test_quality_ranks_as_measured():
         )
     )
     ppl = dict(zip(df.variant + "/" + df.kv_dtype, df.perplexity, strict=True))
-    assert ppl["Q4_0/f16"] > ppl["Q8_0/f16"] * 1.05  # naive 4-bit loses measurably
+    assert ppl["Q4_0-PURE/f16"] > ppl["Q8_0/f16"] * 1.05  # naive 4-bit, embedding included, loses measurably
     order = rank(df)
     assert [ppl[k] for k in order] == sorted(ppl.values())
     kv = df.set_index(["variant", "kv_dtype"])
     assert kv.loc[("Q8_0", "q4_0"), "kv_MiB"] < kv.loc[("Q8_0", "f16"), "kv_MiB"] / 3
     assert kv.loc[("Q8_0", "f16"), "delta_nll"] == 0 and kv.loc[("Q8_0", "f16"), "top1_agreement"] == 1
+    assert kv.loc[("Q8_0", "f16"), "kl"] == 0
+    pure = kv.loc[("Q4_0-PURE", "f16")]
+    assert 0 < pure.kl_ci_low <= pure.kl <= pure.kl_ci_high and pure.delta_nll_ci_low <= pure.delta_nll <= pure.delta_nll_ci_high
 
 
 @pytest.mark.engine
 def test_quant_cli_json():
-    proc = run_cli("quant", "--variants", "Q4_0", "--kv-dtypes", "f16", "--quick", "--eval-tokens", "24", "--json", timeout=600)
+    proc = run_cli("quant", "--variants", "Q4_0", "--kv-dtypes", "f16", "--quick", "--eval-tokens", "32", "--json", timeout=600)
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
-    assert [r["variant"] for r in rows] == ["F16", "Q4_0"]
+    assert [r["variant"] for r in rows] == ["Q4_K_M", "Q4_0"]  # the shipped file is the reference
     for r in rows:
-        for key in ("file_MiB", "perplexity", "delta_nll", "top1_agreement", "tpot_p50_ms", "kv_MiB", "rss_MiB"):
+        for key in (
+            "file_MiB",
+            "perplexity",
+            "delta_nll",
+            "kl",
+            "kl_ci_high",
+            "top1_agreement",
+            "tpot_p50_ms",
+            "kv_MiB",
+            "rss_MiB",
+        ):
             assert r[key] is not None
 
 
@@ -117,6 +152,7 @@ def test_quant_cli_json():
         (["--kv-dtypes", "fp8"], "fp8"),
         (["--variants", ","], "--variants"),
         (["--eval-tokens", "0"], "--eval-tokens"),
+        (["--eval-tokens", "2000"], "--eval-tokens"),
     ],
 )
 def test_quant_cli_bad_input(args, needle):

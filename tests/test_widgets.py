@@ -212,7 +212,13 @@ def test_the_quant_explorer_compares_the_chosen_configurations(compared):
     weights = [label for label, kv in zip(labels, compared.kv_dtype, strict=True) if kv == "f16"]
     assert list(explorer.values()["chosen"]) == weights and len(weights) < len(labels)  # KV variants there, not chosen
     assert explorer.best == rank(compared[compared.kv_dtype == "f16"])[0]
-    changes = [("chosen", labels[-2:]), ("quality", "top1_agreement"), ("chosen", labels[1:4]), ("quality", "delta_nll")]
+    changes = [
+        ("chosen", labels[-2:]),
+        ("quality", "top1_agreement"),
+        ("chosen", labels[1:4]),
+        ("quality", "delta_nll"),
+        ("quality", "kl"),
+    ]
     for name, value in changes:
         before, draws = explorer.figure.value, explorer.draws
         explorer.controls[name].value = value
@@ -222,5 +228,6 @@ def test_the_quant_explorer_compares_the_chosen_configurations(compared):
         assert explorer.best == best and f"<b>{best}</b>" in explorer.readout.value, name
         assert f"{len(rows)} configurations" in explorer.readout.value
         assert explorer.draws == draws + 1 and explorer.figure.value != before, f"no redraw after {name}"
+    assert "kl_ci_low" in explorer.readout.value and "kl_ci_high" in explorer.readout.value  # the interval is shown
     explorer.controls["chosen"].value = []
     assert explorer.best is None and "0 configurations" in explorer.readout.value

@@ -16,7 +16,7 @@ from ..errors import BadInput, LabsError
 from ..keys import read_key
 from ..kv_math import MIB, llamacpp_layout
 from ..models import load_model
-from ..quality import Scores
+from ..quality import TOP_K, Scores
 from .base import Engine, EngineConfig, TokenCounters
 from .llamacpp_api import LlamaCppAPI
 from .llamacpp_launcher import KV_TYPES
@@ -240,13 +240,13 @@ def score(api: LlamaCppAPI, bos: int | None, token_ids: list[int]) -> Scores:
     """Teacher-forced log-probs of token_ids after BOS, one decode step per token (exact, no sampling).
 
     A grammar (`root ::= <[id1]> <[id2]> …`) forces the text while `n_probs` reports each forced
-    token's log-probability from the raw logits and the model's own top-1 choice."""
+    token's log-probability from the raw logits and the model's own TOP_K most likely tokens."""
     grammar = "root ::= " + " ".join(f"<[{i}]>" for i in token_ids)
     body = {
         "prompt": [bos] if bos is not None else [],
         "n_predict": len(token_ids),
         "grammar": grammar,
-        "n_probs": 1,
+        "n_probs": TOP_K,
         "temperature": 0,
         "cache_prompt": False,
         "return_tokens": True,
@@ -256,7 +256,12 @@ def score(api: LlamaCppAPI, bos: int | None, token_ids: list[int]) -> Scores:
     if got != token_ids:
         differ = sum(a != b for a, b in zip(got, token_ids, strict=False))
         raise LabsError(f"the grammar did not force the text: got {len(got)} tokens, {differ} differ")
-    return Scores(token_ids, np.array([p["logprob"] for p in probs]), [p["top_logprobs"][0]["id"] for p in probs])
+    return Scores(
+        token_ids,
+        np.array([p["logprob"] for p in probs]),
+        [p["top_logprobs"][0]["id"] for p in probs],
+        [{o["id"]: o["logprob"] for o in p["top_logprobs"]} for p in probs],
+    )
 
 
 def greedy(api: LlamaCppAPI, prompt_ids: list[int], n: int) -> list[int]:

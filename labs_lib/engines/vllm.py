@@ -21,7 +21,7 @@ import numpy as np
 from ..errors import BadInput, LabsError
 from ..keys import read_key
 from ..paths import DATA_DIR, REPO_DIR, cache_dir
-from ..quality import Scores
+from ..quality import TOP_K, Scores
 from . import guard
 from .base import Engine, EngineConfig, TokenCounters
 from .model_files import build_hf_model, hf_model_dir
@@ -433,15 +433,17 @@ class VLLMEngine(Engine):
         return None, ids[:limit] if limit else ids
 
     def score(self, bos: int | None, token_ids: list[int]) -> Scores:
-        """From prompt_logprobs on /v1/completions: each position's dict holds the prompt token and the top-1."""
+        """From prompt_logprobs on /v1/completions: each position's dict holds the prompt token and the TOP_K."""
         prompt = ([bos] if bos is not None else []) + token_ids
-        body = {"model": self.model_id, "prompt": prompt, "max_tokens": 1, "temperature": 0, "prompt_logprobs": 1}
+        body = {"model": self.model_id, "prompt": prompt, "max_tokens": 1, "temperature": 0, "prompt_logprobs": TOP_K}
         per_position = self._post("/v1/completions", body)["choices"][0]["prompt_logprobs"][len(prompt) - len(token_ids) :]
-        logprobs, top1 = [], []
+        logprobs, top1, tops = [], [], []
         for token, options in zip(token_ids, per_position, strict=True):
             logprobs.append(options[str(token)]["logprob"])
-            top1.append(int(min(options, key=lambda k: options[k].get("rank") or 1e9)))
-        return Scores(token_ids, np.array(logprobs), top1)
+            ranked = sorted(options, key=lambda k: options[k].get("rank") or 1e9)
+            top1.append(int(ranked[0]))
+            tops.append({int(k): options[k]["logprob"] for k in ranked if (options[k].get("rank") or 1e9) <= TOP_K})
+        return Scores(token_ids, np.array(logprobs), top1, tops)
 
     def greedy(self, prompt_ids: list[int], n: int) -> list[int]:
         body = {

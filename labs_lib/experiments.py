@@ -14,6 +14,7 @@ from .endpoints import Endpoint
 from .engines.metrics import delta, scrape, token_counts
 from .load import LoadResult, percentile_ms, run_load
 from .prompts import PromptFactory
+from .sse import split_lines
 from .timing import TIMEOUT_S, TRANSPORT_ERRORS, RequestRecord, RequestSpec, StreamTimer, measure
 
 
@@ -47,8 +48,8 @@ def unstreamed_requests(
                         continue
                     for data in r.iter_bytes():
                         t = time.perf_counter() - start
-                        *complete, partial = (partial + data).split(b"\n")
-                        lines += [(t, line + b"\n") for line in complete]
+                        complete, partial = split_lines(partial, data)
+                        lines += [(t, line + b"\n") for line in complete]  # as aiohttp yields them: newline kept
             except TRANSPORT_ERRORS:
                 replays.append(([], time.perf_counter() - start))
                 continue

@@ -75,6 +75,37 @@ def compute_bound_tokens_per_s(flops_per_s: float, params: float) -> float:
     return flops_per_s / (2 * params)
 
 
+def _attended(t: np.ndarray, window: int | None, cumulative: bool) -> np.ndarray:
+    """Tokens one layer attends to at position t (a sliding layer: at most its window), or their sum over 1..t."""
+    if not cumulative:
+        return t if window is None else np.minimum(t, window)
+    if window is None:
+        return t * (t + 1) / 2
+    inside = np.minimum(t, window)
+    return inside * (inside + 1) / 2 + np.maximum(t - window, 0) * window
+
+
+def decode_step_flops(spec, context_tokens, *, cached: bool = True) -> np.ndarray | float:
+    """FLOPs of one decode step that produces the token at position `context_tokens` (1-based; an int or an array).
+
+    Each token through the model costs ~2 x params for the matrix products (for a mixture of experts that counts
+    every expert: an upper bound) plus attention's scores and weighted sum, 4 x q_heads x head_dim per attended
+    token per layer (a sliding layer attends to at most its window; MLA in its absorbed form, kv_lora_rank +
+    qk_rope_head_dim per head). With the KV cache the step runs one token; without it, the whole forward pass
+    runs again over every token so far, not only the K/V projections."""
+    from .errors import BadInput
+
+    if not spec.params:
+        raise BadInput(f"{spec.name}: params", spec.params, "allowed: a model whose parameter count is known")
+    t = np.asarray(context_tokens, dtype=float)
+    per_head = spec.head_dim or (spec.kv_lora_rank + spec.qk_rope_head_dim)
+    windows = [spec.sliding_window if i in spec.sliding_layers else None for i in range(spec.num_layers)]
+    attended = sum(_attended(t, w, cumulative=not cached) for w in windows)
+    tokens_run = 1 if cached else t
+    flops = 2 * spec.params * tokens_run + 4 * spec.num_q_heads * per_head * attended
+    return float(flops) if np.ndim(flops) == 0 else flops
+
+
 def roofline_row(
     what: str,
     weight_bytes: int,

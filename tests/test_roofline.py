@@ -1,5 +1,6 @@
 """The decode roofline: bytes per step, the bound, and the machine's measured read bandwidth."""
 
+import numpy as np
 import pytest
 
 from labs_lib.kv_math import kv_cache, weight_bytes
@@ -49,3 +50,23 @@ def test_decode_runs_under_the_lower_roof_and_batching_lifts_only_the_memory_one
     assert eight["measured_tokens_per_s"] == pytest.approx(8.0) and eight["compute_bound_tokens_per_s"] == 5.0
     many = roofline_row("x", 1000, 0, 100, 2000.0, batch=64, compute_tokens_per_s=5.0)  # no KV: memory roof 128
     assert (many["bound_tokens_per_s"], many["limited_by"]) == (5.0, "compute")
+
+
+def test_decode_step_flops_follow_the_published_count_and_the_window():
+    from labs_lib.models import load_model
+    from labs_lib.roofline import decode_step_flops
+
+    llama = load_model("llama-3.1-8b")
+    # Hoffmann et al. 2022 (Chinchilla), appendix F: 2 x params, plus logits and reduce, 2 x 2 x context x key size x heads
+    t = 4096
+    assert decode_step_flops(llama, t) == 2 * llama.params + 4 * 32 * 32 * 128 * t
+    # without the cache the whole pass reruns over every token: the sum of the cached steps 1..t
+    steps = np.arange(1, 301)
+    assert decode_step_flops(llama, 300, cached=False) == pytest.approx(decode_step_flops(llama, steps).sum(), rel=1e-12)
+    gemma = load_model("gemma-3-270m")  # 15 of 18 layers attend to a 512-token window
+    beyond = decode_step_flops(gemma, 8192) - decode_step_flops(gemma, 4096)
+    assert beyond == 4 * gemma.num_q_heads * 256 * 3 * 4096  # only the 3 global layers grow past the window
+    many = np.arange(1, 2001)
+    assert decode_step_flops(gemma, 2000, cached=False) == pytest.approx(decode_step_flops(gemma, many).sum(), rel=1e-12)
+    deepseek = load_model("deepseek-ai/DeepSeek-V3")  # MLA: absorbed attention over the latent and rope key
+    assert decode_step_flops(deepseek, 1) == 2 * deepseek.params + 4 * deepseek.num_q_heads * (512 + 64) * 61

@@ -8,11 +8,7 @@ import pandas as pd
 
 from .errors import BadInput
 from .kv_math import plan_capacity
-from .notebook import SHOW
-
-
-def _asked_to_show(design: object) -> bool:
-    return isinstance(design, str) and design.strip().lower() == SHOW
+from .notebook import SHOW, asked_to_show
 
 
 def best_row(
@@ -44,21 +40,20 @@ def check_choice(
     With `limit_column_low` (the low end of limit_column's confidence interval) the measurement cannot always say
     whether a row meets the limit: the best row by the measured value and the best row whose interval reaches
     under the limit are both accepted, the second with a note that more data would decide."""
-    best = best_row(table, limit_column=limit_column, limit=limit, objective=objective, higher_is_better=higher_is_better)
-    bests = [best] if best is not None else []
-    if limit_column_low:
-        maybe = best_row(
-            table, limit_column=limit_column_low, limit=limit, objective=objective, higher_is_better=higher_is_better
-        )
-        if maybe is not None and all(not maybe.equals(b) for b in bests):
-            bests.append(maybe)
+    ranking = {"limit": limit, "objective": objective, "higher_is_better": higher_is_better}
+    best = best_row(table, limit_column=limit_column, **ranking)
+    maybe = best_row(table, limit_column=limit_column_low, **ranking) if limit_column_low else None
+
+    def named(row: pd.Series | None) -> str | None:
+        return None if row is None else ", ".join(f"{k}={row[k]}" for k in keys)
+
     label = f" {label}" if label else ""
     name = ", ".join(keys)
-    best_text = " or ".join(", ".join(f"{k}={b[k]}" for k in keys) for b in bests) or "no measured row meets it"
+    best_text = " or ".join(dict.fromkeys(n for n in (named(best), named(maybe)) if n)) or "no measured row meets it"
     if design is None:
         print(f"Design{label}: not answered yet: set design = {{{', '.join(repr(k) + ': ...' for k in keys)}}}. {hint}")
         return None
-    if _asked_to_show(design):
+    if asked_to_show(design):
         print(f"Design{label}: the best measured choice is {best_text}.")
         return False
     if not isinstance(design, dict) or any(k not in design for k in keys):
@@ -74,15 +69,14 @@ def check_choice(
     if not row[limit_column_low or limit_column] < limit:
         print(f"Design{label}: {design} has {limit_column} {row[limit_column]:,.4g}, over the limit {limit:,.4g}. {hint}")
         return False
-    same = [all(str(row[k]) == str(b[k]) for k in keys) for b in bests]
-    if len(same) > 1 and same[1] and not same[0]:
+    if named(row) != named(best) and named(row) == named(maybe):
         print(
             f"Design{label}: correct as far as this measurement can tell: {design} has {limit_column} "
             f"{row[limit_column]:,.4g}, over the limit, but its interval reaches down to {row[limit_column_low]:,.4g}; "
             "more data (a longer run, more tokens) would decide."
         )
         return True
-    if any(same):
+    if named(row) == named(best):
         print(
             f"Design{label}: correct: {design} meets {limit_column} < {limit:,.4g} with the best {objective} ({row[objective]:,.2f})."
         )
@@ -108,7 +102,7 @@ def check_capacity_design(
             "Hint: the pool is what the weights leave (section 9); a smaller KV dtype or fewer KV heads (GQA) stretch it."
         )
         return None
-    if _asked_to_show(design):
+    if asked_to_show(design):
         print(
             f"Design: {task}: the largest catalogue models that work: "
             + "; ".join(_capacity_designs(users, seq_len, gpu, gpu_memory_utilization)[:3])
@@ -164,7 +158,7 @@ def check_client_design(design: dict | str | None, *, hint: str = "") -> bool | 
     if design is None:
         print(f"Design: not answered yet: set design = {{'base_url': ..., 'api_key_env': ..., 'model': ...}}. {hint}")
         return None
-    if _asked_to_show(design):
+    if asked_to_show(design):
         print(
             "Design: the base URL ends in /v1 (the SDK appends /chat/completions), the key is the variable the server "
             "was started with, the model is the id /v1/models lists."

@@ -37,8 +37,8 @@ def unstreamed_requests(
     replays = []
     with httpx.Client(timeout=timeout_s, trust_env=not endpoint.is_loopback) as client:
         for p in prompts:
-            body = RequestSpec(p, max_tokens, ignore_eos=True, extra=extra or {}).body(endpoint.model)
-            body.pop("stream"), body.pop("stream_options")
+            body = RequestSpec(p, max_tokens, ignore_eos=True, extra=extra or {}, include_usage=False).body(endpoint.model)
+            del body["stream"]
             lines, partial = [], b""
             start = time.perf_counter()
             try:

@@ -90,12 +90,13 @@ def check_exercise(
     hint = f" Hint: {hint}" if hint else ""
     prediction = _predictions.get(label) if prediction is None else prediction
     verdict = _check(label, answer, expected, rel_tol, hint)
-    if verdict is not None and (verdict or _misses.get(label, 0) >= 2 or _asked_to_show(answer)):
+    if verdict is not None and (verdict or _misses.get(label, 0) >= 2 or asked_to_show(answer)):
         print(f"  {_against_prediction(prediction, expected)}")
     return verdict
 
 
-def _asked_to_show(answer: object) -> bool:
+def asked_to_show(answer: object) -> bool:
+    """Whether an exercise's or a design task's answer is "show" (asking for the expected one)."""
     return isinstance(answer, str) and answer.strip().lower() == SHOW
 
 
@@ -117,7 +118,7 @@ def _check(label: str, answer: object, expected, rel_tol: float, hint: str) -> b
     if answer is None:
         print(f"Exercise {label}: not answered yet: answer from what the run measured, then run this cell.{hint}")
         return None
-    if _asked_to_show(answer):
+    if asked_to_show(answer):
         print(f"Exercise {label}: the measured/computed answer is {_shown(expected)}.")
         return False
     ok = _matches(answer, expected, rel_tol)

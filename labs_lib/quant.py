@@ -235,6 +235,7 @@ def describe(name: str, path: Path) -> Variant:
 
 
 def _dequantized(raw: np.ndarray, meta, t) -> np.ndarray:
+    """Tensor `t` of the file mapped as `raw`, as a flat float32 array."""
     start = meta.data_start + t.offset
     block = np.asarray(raw[start : start + t.n_bytes])
     return np.frombuffer(_convert(block, QType[t.type_name], QType.F32, t.shape[0]), dtype=np.float32)
@@ -242,15 +243,17 @@ def _dequantized(raw: np.ndarray, meta, t) -> np.ndarray:
 
 def change_from_reference(name: str) -> dict[str, float]:
     """How much a variant changed the reference's weights: the share of weights moved by more than 16-bit
-    rounding (a relative 2^-11, so storing in F16 counts as no change) and the relative RMS of the change (‖variant − reference‖ / ‖reference‖ over every weight). A format that
-    re-quantizes a block to itself changes nothing there; the measured quality loss is then a lower bound
-    of what the format would cost starting from the original 16-bit weights. Cached beside the variant."""
+    rounding (a relative 2^-11, so storing in F16 counts as no change) and the relative RMS of the change
+    (‖variant − reference‖ / ‖reference‖ over every weight). A format that re-quantizes a block to itself
+    changes nothing there; the measured quality loss is then a lower bound of what the format would cost
+    starting from the original 16-bit weights. Cached beside the variant."""
     import json
 
     name = check_variant(name)
     path = variant_path(name)
     if name == ORIGINAL:
         return {"weights_changed": 0.0, "relative_rms_change": 0.0}
+    # the file's size and time, and the version of the definition above (2: the 16-bit rounding threshold)
     stamp = f"v2:{path.stat().st_size}:{path.stat().st_mtime_ns}"
     sidecar = path.with_suffix(".change.json")
     if sidecar.exists():
@@ -308,12 +311,7 @@ def roundtrip_error(
         raise BadInput(
             "tensor", tensor, "allowed: a tensor name of the model, e.g. " + ", ".join(t.name for t in meta.tensors[:3])
         )
-    raw = np.memmap(source, dtype=np.uint8, mode="r")
-    start = meta.data_start + found.offset
-    original = np.frombuffer(
-        _convert(np.asarray(raw[start : start + found.n_bytes]), QType[found.type_name], QType.F32, found.shape[0]),
-        dtype=np.float32,
-    ).reshape(-1, found.shape[0])
+    original = _dequantized(np.memmap(source, dtype=np.uint8, mode="r"), meta, found).reshape(-1, found.shape[0])
     rows = []
     for name in formats:
         qt = QType[name]

@@ -63,8 +63,9 @@ async def measure_config(
             "rss_MiB": round((engine.resident_bytes() or 0) / 2**20, 1),
             **engine.allocation_summary(),
         }
-        if engine.kernel_lines():
-            row["kernels"] = "; ".join(engine.kernel_lines())
+        kernels = engine.kernel_lines()
+        if kernels:
+            row["kernels"] = "; ".join(kernels)
         gpus, _ = read_gpus()
         if gpus:  # on a GPU the weights and KV pool live there, not in the process's resident memory
             row["gpu_used_MiB"] = round(sum(g.memory_used_bytes for g in gpus) / 2**20, 1)
@@ -189,4 +190,5 @@ def config_labels(df: pd.DataFrame) -> pd.Series:
 
 def rank(df: pd.DataFrame, column: str = "perplexity") -> list[str]:
     """Rows from best to worst by a quality column (measured, not assumed), named by config_labels."""
-    return list(config_labels(df.sort_values(column, ascending=QUALITY.get(column, "lower") == "lower")))
+    ordered = df.sort_values(column, ascending=QUALITY.get(column, "lower") == "lower", kind="stable")
+    return list(config_labels(ordered))

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .errors import BadInput
+
 
 @dataclass(frozen=True)
 class Bandwidth:
@@ -93,8 +95,6 @@ def decode_step_flops(spec, context_tokens, *, cached: bool = True) -> np.ndarra
     token per layer (a sliding layer attends to at most its window; MLA in its absorbed form, kv_lora_rank +
     qk_rope_head_dim per head). With the KV cache the step runs one token; without it, the whole forward pass
     runs again over every token so far, not only the K/V projections."""
-    from .errors import BadInput
-
     if not spec.params:
         raise BadInput(f"{spec.name}: params", spec.params, "allowed: a model whose parameter count is known")
     t = np.asarray(context_tokens, dtype=float)

@@ -110,13 +110,17 @@ class _Explorer:
         self.figure = w.Image(format="png")
         self.draws = 0
         for control in self.controls.values():
-            control.observe(lambda change: self.update(), names="value")
+            control.observe(lambda change: self._redraw(), names="value")
         self.box = w.VBox([rows, self.readout, self.figure])
         self.box.add_class(css_class)
-        self.update()
+        self._redraw()
 
     def values(self) -> dict:
         return {name: control.value for name, control in self.controls.items()}
+
+    def _redraw(self) -> None:
+        self.update()
+        self.draws += 1
 
     def update(self):
         raise NotImplementedError
@@ -190,7 +194,6 @@ class KVExplorer(_Explorer):
             plots.kv_memory_figure(state.model, state.seq_len, state.batch, state.kv_dtype, budget_gib=budget_gib)
         )
         self.readout.value = state.readout()  # last: a page showing the new readout already has the new figure
-        self.draws += 1
         return state
 
 
@@ -225,7 +228,6 @@ class SweepExplorer(_Explorer):
             f"<div class='sweep-readout'>{self.points} measured points: {v['y']} against {v['x']}, "
             f"{groups} series by {v['colour']}</div>"
         )
-        self.draws += 1
         return self.points
 
 
@@ -310,7 +312,6 @@ class LatencyExplorer(_Explorer):
             plots.concurrency_figure(table, self.slots, v["metric"], v["percentile"], at=v["concurrency"], values_at=values)
         )
         self.readout.value = self.state.readout()
-        self.draws += 1
         return self.state
 
 
@@ -341,15 +342,12 @@ class QuantExplorer(_Explorer):
 
     def update(self) -> str | None:
         """Redraw for the chosen rows; returns the best of them by the chosen quality measure (None if none)."""
-        from .quant_compare import QUALITY
+        from .quant_compare import QUALITY, rank
 
         v = self.values()
         rows = self.results.loc[list(v["chosen"])]
         quality = v["quality"]
-        if not len(rows):
-            self.best = None
-        else:
-            self.best = rows[quality].idxmin() if QUALITY[quality] == "lower" else rows[quality].idxmax()
+        self.best = rank(rows, quality)[0] if len(rows) else None
         self.figure.value = _png(plots.quant_tradeoff_figure(rows, quality))
         shown = ("file_MiB", "rss_MiB", "kv_MiB", "tpot_p50_ms", quality, f"{quality}_ci_low", f"{quality}_ci_high", "reference")
         columns = [c for c in shown if c in rows]
@@ -358,5 +356,4 @@ class QuantExplorer(_Explorer):
             f"<div class='quant-readout'>{len(rows)} configurations; best by {quality} ({QUALITY[quality]} is better): "
             f"<b>{self.best or '-'}</b>{table}</div>"
         )
-        self.draws += 1
         return self.best

@@ -33,6 +33,11 @@ def claim(claim_id: str) -> dict:
     raise BadInput("claim", claim_id, "allowed: an id from data/claims.json")
 
 
+def significant(x: float, digits: int = 3) -> float:
+    """A recomputed figure at `digits` significant digits: what the table shows beside the article's."""
+    return float(f"{x:.{digits}g}")
+
+
 def verdict(article: float, computed: float, tolerance: float = TOLERANCE) -> tuple[bool, float]:
     """(holds, relative error of the article's figure against the computed one)."""
     off = (article - computed) / computed if computed else float("inf")
@@ -92,7 +97,7 @@ def kv_claims_table(seed: int = 0) -> pd.DataFrame:
         rows.append(
             row(
                 cid,
-                f"{gib:.3f} GiB = {gb:.3f} GB",
+                f"{gib:.3f} GiB = {gb:.3f}",
                 "GB",
                 holds,
                 f"{est.kv_bytes:,} bytes; {c['value']} fits neither GB nor GiB (1.28x GiB): the ratios are right, the sizes are not",
@@ -103,7 +108,7 @@ def kv_claims_table(seed: int = 0) -> pd.DataFrame:
     saving = 100 * (1 - c["kv_heads"] / c["q_heads"])
     holds, off = verdict(c["value"], saving)
     rows.append(row("s000-gqa-saving", saving, "%", holds, "1 - 8/64 KV heads", off))
-    c = claim("s000-24gb-card")
+    c = c_card = claim("s000-24gb-card")
     card = plan_capacity(
         c["model"],
         c["max_model_len"],
@@ -116,7 +121,7 @@ def kv_claims_table(seed: int = 0) -> pd.DataFrame:
     rows.append(
         row(
             "s000-24gb-card",
-            card.max_concurrency,
+            significant(card.max_concurrency),
             "requests at 2,048 tokens",
             holds,
             f"vLLM may use 24 x 0.9 = 21.6 GiB; minus 14 GiB weights and ~{card.overhead_bytes / GIB:.0f} GiB activations "
@@ -144,7 +149,7 @@ def kv_claims_table(seed: int = 0) -> pd.DataFrame:
     rows.append(
         row(
             "s002-70b-per-token",
-            per_token / 1e6,
+            significant(per_token / 1e6),
             "MB",
             holds,
             f"Llama-2-70B has 80 layers and 8 KV heads (GQA): 2 x 80 x 8 x 128 x 2 = {per_token:,} bytes; "
@@ -157,11 +162,15 @@ def kv_claims_table(seed: int = 0) -> pd.DataFrame:
         gb = kv_cache(c["model"], c["seq_len"], 1, "fp16").kv_bytes / 1e9
         holds, off = verdict(c["value"], gb)
         mha = kv_cache(_mha_like(80, 64, 128), c["seq_len"], 1, "fp16").kv_bytes / 1e9
-        rows.append(row(cid, gb, "GB", holds, f"GQA with 8 KV heads; even MHA (64 KV heads) would be {mha:.1f} GB", off))
+        rows.append(
+            row(cid, significant(gb), "GB", holds, f"GQA with 8 KV heads; even MHA (64 KV heads) would be {mha:.1f} GB", off)
+        )
     c = claim("s003-70b-weights")
     gb = weight_bytes(c["model"], "fp16") / 1e9
     holds, off = verdict(c["value"], gb)
-    rows.append(row("s003-70b-weights", gb, "GB", holds, f"{load_model(c['model']).params:,} parameters x 2 bytes", off))
+    rows.append(
+        row("s003-70b-weights", significant(gb), "GB", holds, f"{load_model(c['model']).params:,} parameters x 2 bytes", off)
+    )
     for cid, seq in (("s004-7b-per-1k", 1024), ("s004-7b-32k", 32768)):
         c = claim(cid)
         sizes = {load_model(m).name: kv_cache(m, seq, 1, "fp16").kv_bytes / 1e9 for m in c["models"]}
@@ -196,16 +205,24 @@ def kv_claims_table(seed: int = 0) -> pd.DataFrame:
             "beside it was not measured with this setup (an AWQ/GPTQ 13B or an 8B model would fit)",
         )
     )
-    split = (  # seed 000's own 24 GB card example, planned above
-        f"of 24 GiB x 0.9 = {card.requested_bytes / GIB:.1f} GiB: weights {card.weight_bytes_per_rank / GIB:.0f} + "
-        f"activations ~{card.overhead_bytes / GIB:.0f} + KV {card.available_kv_bytes / GIB:.1f} GiB"
-    )
-    for cid, rest in (("s000-util-rest-for-weights", "10%"), ("s002-util-8pct-temp", "8%")):
+    for cid in ("s000-util-rest-for-weights", "s002-util-8pct-temp"):
+        utilization = claim(cid)["value"]
+        rest = f"{1 - utilization:.0%}"
+        split = plan_capacity(  # seed 000's own 24 GB card with 14 GB of weights, at the claim's fraction
+            c_card["model"],
+            c_card["max_model_len"],
+            kv_dtype="fp16",
+            gpu_memory_gib=c_card["gpu_memory_gib"],
+            weight_gib=c_card["weight_gib"],
+            gpu_memory_utilization=utilization,
+        )
         rows.append(
             row(
                 cid,
-                split,
-                "what the fraction holds",
+                f"of {c_card['gpu_memory_gib']:g} x {utilization:g} = {split.requested_bytes / GIB:.1f}: weights "
+                f"{split.weight_bytes_per_rank / GIB:.0f} + activations ~{split.overhead_bytes / GIB:.0f} + KV pool "
+                f"{split.available_kv_bytes / GIB:.1f}",
+                "GiB",
                 False,
                 f"the fraction is vLLM's whole budget: weights, the activation peak it profiles and the KV pool all come out "
                 f"of it; the remaining {rest} is what vLLM leaves to everything else on the card (CUDA contexts of other "
@@ -218,7 +235,7 @@ def kv_claims_table(seed: int = 0) -> pd.DataFrame:
         row(
             "s003-paged-utilization",
             f"contiguous {util['contiguous']:.0%}, paged {util['paged']:.1%}",
-            "% of KV slots used",
+            "of KV slots used",
             None,
             f"depends on the lengths: {len(lengths)} requests, median {int(np.median(lengths))} tokens, preallocated to 4,096",
         )

@@ -65,3 +65,18 @@ def test_the_claims_page_is_current():
     assert done.returncode == 0, done.stderr
     text = (REPO / "docs" / "claims.md").read_text()
     assert all(f"`{c['id']}`" in text for c in claims())
+
+
+def test_lab01_verdicts_show_the_claims_own_settings_in_readable_figures():
+    """Each utilization claim is planned at its own fraction (seed 002 says 0.92, not seed 000's 0.9), a
+    recomputed figure carries three significant digits, and no verdict repeats its unit."""
+    from labs_lib.claims import kv_claims_table
+
+    table = kv_claims_table().set_index("claim")
+    for cid, fraction in (("s000-util-rest-for-weights", "0.9"), ("s002-util-8pct-temp", "0.92")):
+        c = next(c for c in claims("01") if c["id"] == cid)
+        assert f"x {fraction} =" in table.loc[c["claim"], "computed"], table.loc[c["claim"], "computed"]
+    for name, r in table.iterrows():
+        if isinstance(r["computed"], float):
+            assert len(f"{r['computed']:g}".replace(".", "").lstrip("0")) <= 3, (name, r["computed"])
+        assert not str(r["computed"]).endswith(" " + r["unit"]), (name, r["computed"], r["unit"])

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import threading
 import time
 import tracemalloc
 
@@ -87,27 +86,57 @@ def test_connection_cut_before_the_usage_chunk():
         assert "RemoteProtocolError" in r.error or "before the usage chunk" in r.error
 
 
+# Read timeouts tried in turn: a short one first; a longer one only when the machine was too slow for the
+# shorter before the freeze (a stream timed out while the engine was merely busy, so nothing was frozen).
+FREEZE_TIMEOUTS_S = (3.0, 10.0, 30.0, 90.0)
+
+
+def frozen_mid_stream(engine, decoding, max_tokens: int = 400) -> tuple[object, float, float]:
+    """Two streams of `max_tokens`; once `decoding(engine)` reports both decoding, the engine's whole process group is
+    frozen (SIGSTOP), and thawed when the run returns. Returns the run, the seconds from the freeze to the
+    run's end, and the read timeout it ran with. The freeze lasts until the run returns, so a run that
+    returns at all was ended by the client's timeout."""
+    endpoint = endpoint_for(engine)
+
+    async def attempt(timeout_s: float):
+        event = asyncio.create_task(decoding(engine))
+        load = asyncio.create_task(run_load(endpoint, specs(2, max_tokens), concurrency=2, progress=False, timeout_s=timeout_s))
+        try:
+            await asyncio.wait({event, load}, return_when=asyncio.FIRST_COMPLETED)
+            if load.done():  # the run ended before the event: nothing was frozen
+                errors = [r.error for r in load.result().records if not r.ok]
+                if errors and all("ReadTimeout" in e for e in errors):
+                    return None  # the machine was slower than this timeout: try a longer one
+                raise AssertionError(f"the run ended before both streams were decoding: {errors}")
+            event.result()  # the waiter's own limit passed: its AssertionError says so
+            os.killpg(engine.proc.pid, signal.SIGSTOP)
+            try:
+                frozen = time.monotonic()
+                return await load, time.monotonic() - frozen
+            finally:
+                os.killpg(engine.proc.pid, signal.SIGCONT)
+        finally:
+            for task in (event, load):
+                task.cancel()
+            await asyncio.gather(event, load, return_exceptions=True)
+
+    for timeout_s in FREEZE_TIMEOUTS_S:
+        outcome = run_blocking(attempt(timeout_s))
+        if outcome is not None:
+            return (*outcome, timeout_s)
+    raise AssertionError(f"every run ended before both streams were decoding (read timeouts {FREEZE_TIMEOUTS_S} s)")
+
+
 def test_server_that_stalls_past_the_timeout():
     with LlamaCppEngine(EngineConfig(ctx=1024, parallel=2)) as engine:
-        endpoint = endpoint_for(engine)
-        stopped = threading.Event()
-
-        def stall():
-            time.sleep(1.5)
-            os.killpg(engine.proc.pid, signal.SIGSTOP)  # a real stall: the engine is frozen mid-stream
-            stopped.set()
-
-        threading.Thread(target=stall, daemon=True).start()
-        started = time.monotonic()
-        try:
-            result = run_blocking(run_load(endpoint, specs(2, 400), concurrency=2, progress=False, timeout_s=3))
-        finally:
-            stopped.wait(10)
-            os.killpg(engine.proc.pid, signal.SIGCONT)
-        elapsed = time.monotonic() - started
+        result, waited_s, timeout_s = frozen_mid_stream(engine, both_slots_decoding)
+        # and the engine serves again once it thaws
+        after = run_blocking(run_load(endpoint_for(engine), specs(1, 4), concurrency=1, progress=False, timeout_s=600))
     accounted(result, 2)
-    assert result.summary.failed == 2 and all("ReadTimeout" in r.error for r in result.records)
-    assert elapsed < 15  # the timeout, not the stall, decided how long the run took
+    assert result.summary.failed == 2 and all("ReadTimeout" in r.error for r in result.records), [r.error for r in result.records]
+    assert all(r.chunks > 0 for r in result.records)  # both were mid-stream when the engine froze
+    assert waited_s < timeout_s + 30, (waited_s, timeout_s)  # the timeout ended the run, not a thaw
+    assert after.summary.completed == 1, after.summary.errors
 
 
 def test_gateway_5xx_becomes_records_and_the_run_goes_on():

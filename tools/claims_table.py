@@ -44,7 +44,7 @@ def expected() -> str:
     ]
     for c in claims():
         r = computed.get(c["claim"])
-        verdict = f"{r['verdict']}: {r['computed']} {r['unit']}" if r else "measured in the run"
+        verdict = f"{r['verdict']}: {r['computed']} {r['unit']} — {r['why']}" if r else "measured in the run"
         lines.append(
             f"| `{c['id']}` | {c['seed'][:3]} | {_cell(c['quote'])} | {_cell(c['claim'])} | {LABS[c['lab']]} | {_cell(verdict)} |"
         )

@@ -22,6 +22,7 @@ from labs_lib.load import run_blocking, run_load
 from labs_lib.timing import RequestSpec
 
 pytestmark = pytest.mark.engine
+TRANSPORT = ("ConnectError", "RemoteProtocolError", "ReadError")  # how a dead engine looks to a client
 
 
 def specs(n: int, max_tokens: int, prompt: str = "Write a long story about a lighthouse keeper.") -> list[RequestSpec]:
@@ -51,18 +52,47 @@ async def both_slots_decoding(engine, tokens: int = 4, limit_s: float = 600) -> 
     raise AssertionError(f"two slots were not decoding within {limit_s:.0f} s")
 
 
+async def ended_before(event: asyncio.Task, load: asyncio.Task) -> list[str] | None:
+    """Wait for whichever comes first, the event or the run's end. None when the event came while the run
+    goes on (a waiter that gave up raises its AssertionError here); else the ended run's errors: a run that
+    fails early makes its test fail at once with its reasons, not after the waiter's limit."""
+    await asyncio.wait({event, load}, return_when=asyncio.FIRST_COMPLETED)
+    if load.done():
+        return [r.error for r in load.result().records if not r.ok]
+    event.result()
+    return None
+
+
+async def cancel_both(*tasks: asyncio.Task) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def killed_mid_stream(engine, decoding, max_tokens: int):
+    """Six streams of `max_tokens`, two at a time; once `decoding(engine)` reports two decoding, the engine's
+    whole process group is killed (SIGKILL). Returns the run."""
+
+    async def run():
+        event = asyncio.create_task(decoding(engine))
+        load = asyncio.create_task(
+            run_load(endpoint_for(engine), specs(6, max_tokens), concurrency=2, progress=False, timeout_s=600)
+        )
+        try:
+            errors = await ended_before(event, load)
+            assert errors is None, f"the run ended before two streams were decoding: {errors}"
+            os.killpg(engine.proc.pid, signal.SIGKILL)
+            return await load
+        finally:
+            await cancel_both(event, load)
+
+    return run_blocking(run())
+
+
 def test_engine_killed_mid_stream():
     engine = LlamaCppEngine(EngineConfig(ctx=2048, parallel=2)).start()
     try:
-        endpoint = endpoint_for(engine)
-
-        async def run():
-            task = asyncio.create_task(run_load(endpoint, specs(6, 400), concurrency=2, progress=False, timeout_s=600))
-            await both_slots_decoding(engine)
-            os.killpg(engine.proc.pid, signal.SIGKILL)
-            return await task
-
-        result = run_blocking(run())
+        result = killed_mid_stream(engine, both_slots_decoding, max_tokens=400)
     finally:
         engine.stop()
     accounted(result, 6)
@@ -71,8 +101,7 @@ def test_engine_killed_mid_stream():
     assert len(cut) == 2, [r.error for r in result.records]  # the two in flight: tokens received, then the cut
     assert all(r.tokens_estimated and r.text for r in cut)  # what arrived is kept and marked as counted by the client
     # the rest never got a token: refused (not yet connected) or dropped (connected, queued in the server) when it died
-    transport = ("ConnectError", "RemoteProtocolError", "ReadError")
-    assert len(never) == 4 and all(r.error.startswith(transport) for r in never), [r.error for r in never]
+    assert len(never) == 4 and all(r.error.startswith(TRANSPORT) for r in never), [r.error for r in never]
 
 
 def test_connection_cut_before_the_usage_chunk():
@@ -102,13 +131,11 @@ def frozen_mid_stream(engine, decoding, max_tokens: int = 400) -> tuple[object, 
         event = asyncio.create_task(decoding(engine))
         load = asyncio.create_task(run_load(endpoint, specs(2, max_tokens), concurrency=2, progress=False, timeout_s=timeout_s))
         try:
-            await asyncio.wait({event, load}, return_when=asyncio.FIRST_COMPLETED)
-            if load.done():  # the run ended before the event: nothing was frozen
-                errors = [r.error for r in load.result().records if not r.ok]
+            errors = await ended_before(event, load)
+            if errors is not None:  # the run ended before the event: nothing was frozen
                 if errors and all("ReadTimeout" in e for e in errors):
                     return None  # the machine was slower than this timeout: try a longer one
                 raise AssertionError(f"the run ended before both streams were decoding: {errors}")
-            event.result()  # the waiter's own limit passed: its AssertionError says so
             os.killpg(engine.proc.pid, signal.SIGSTOP)
             try:
                 frozen = time.monotonic()
@@ -116,9 +143,7 @@ def frozen_mid_stream(engine, decoding, max_tokens: int = 400) -> tuple[object, 
             finally:
                 os.killpg(engine.proc.pid, signal.SIGCONT)
         finally:
-            for task in (event, load):
-                task.cancel()
-            await asyncio.gather(event, load, return_exceptions=True)
+            await cancel_both(event, load)
 
     for timeout_s in FREEZE_TIMEOUTS_S:
         outcome = run_blocking(attempt(timeout_s))

@@ -5,14 +5,11 @@ against max_num_seqs 4. Failures are records with reasons; the run completes."""
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import threading
 import time
 
 import pytest
 from conftest import require_vllm
-from test_faults import accounted, frozen_mid_stream, specs
+from test_faults import TRANSPORT, accounted, frozen_mid_stream, killed_mid_stream, specs
 
 from labs_lib.endpoints import endpoint_for
 from labs_lib.engines import EngineConfig, make_engine
@@ -20,7 +17,6 @@ from labs_lib.engines.metrics import scrape
 from labs_lib.load import run_blocking, run_load
 
 pytestmark = [pytest.mark.engine, pytest.mark.vllm]
-TRANSPORT = ("ConnectError", "RemoteProtocolError", "ReadError")
 
 
 async def both_sequences_decoding(engine, tokens: int = 8, limit_s: float = 600) -> None:
@@ -72,20 +68,9 @@ def test_engine_killed_mid_stream():
     require_vllm()
     engine = make_engine("vllm", EngineConfig(parallel=2, max_model_len=512, kv_cache_gib=0.25)).start()
     try:
-        endpoint = endpoint_for(engine)
-        stopped = threading.Event()
-
-        async def run():
-            task = asyncio.create_task(run_load(endpoint, specs(6, 300), concurrency=2, progress=False, timeout_s=600))
-            await both_sequences_decoding(engine)
-            os.killpg(engine.proc.pid, signal.SIGKILL)
-            stopped.set()
-            return await task
-
-        result = run_blocking(run())
+        result = killed_mid_stream(engine, both_sequences_decoding, max_tokens=300)
     finally:
         engine.stop()
-    assert stopped.is_set()
     accounted(result, 6)
     cut = [r for r in result.records if not r.ok and r.chunks > 0]
     never = [r for r in result.records if not r.ok and r.chunks == 0]

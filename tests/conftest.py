@@ -45,6 +45,11 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 300, input: st
     )
 
 
+# the doctor's --timeout in tests against live engines: it bounds a hang. Its default, 15 s per request, is
+# for people; with both cores busy one 8-token answer has taken longer (bench/busy_runs.py found it).
+DOCTOR_TIMEOUT = ("--timeout", "300")
+
+
 def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> None:
     """Exit status 2, no traceback, one line on stderr naming the bad value."""
     assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)

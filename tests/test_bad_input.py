@@ -78,6 +78,9 @@ CLI_CASES = [
     ("quant unknown variant", ["quant", "--variants", "Q3_K", "--quick"], ["Q3_K"]),
     ("doctor missing config", ["doctor", "--config", "/nonexistent/config.toml"], ["/nonexistent/config.toml"]),
     ("doctor invalid config", ["doctor", "--config", "{bad.json}"], ["bad.json"]),
+    ("doctor non-numeric timeout", ["doctor", "--base-url", "http://127.0.0.1:9/v1", "--timeout", "abc"], ["--timeout", "abc"]),
+    ("doctor zero timeout", ["doctor", "--base-url", "http://127.0.0.1:9/v1", "--timeout", "0"], ["--timeout", "0"]),
+    ("serve negative timeout", ["serve", "--timeout", "-5"], ["--timeout", "-5"]),
     ("serve zero context", ["serve", "--ctx", "0"], ["0"]),
     ("serve unknown KV type", ["serve", "--kv-dtype", "q2"], ["q2"]),
 ]

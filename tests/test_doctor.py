@@ -10,7 +10,7 @@ import time
 import httpx
 import openai
 import pytest
-from conftest import REPO, assert_one_line_error, fake_key, run_cli
+from conftest import DOCTOR_TIMEOUT, REPO, assert_one_line_error, fake_key, run_cli
 
 from labs_lib.doctor import check_config, diagnose, run_doctor
 from labs_lib.doctor.troubleshoot import attempt
@@ -179,6 +179,7 @@ def test_doctor_cli_against_serve():
             "LABS_DOCTOR_CLI_KEY",
             "--model",
             "gemma-3-270m",
+            *DOCTOR_TIMEOUT,
             "--json",
             env={"LABS_DOCTOR_CLI_KEY": KEY},
         )
@@ -192,6 +193,7 @@ def test_doctor_cli_against_serve():
             base,
             "--api-key-env",
             "LABS_DOCTOR_CLI_WRONG",
+            *DOCTOR_TIMEOUT,
             env={"LABS_DOCTOR_CLI_WRONG": fake_key("wrong-")},
         )
         assert broken.returncode == 1 and "4 authentication" in broken.stdout

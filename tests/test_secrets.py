@@ -8,7 +8,7 @@ import secrets
 import time
 
 import pytest
-from conftest import fake_key, files_changed_since, find_leaks, make_canaries, run_cli
+from conftest import DOCTOR_TIMEOUT, fake_key, files_changed_since, find_leaks, make_canaries, run_cli
 from fault_proxy import FaultProxy
 
 from labs_lib.engines import EngineConfig
@@ -107,10 +107,20 @@ def test_sweep_with_a_keyed_engine(keyed, tmp_path):
 def test_doctor_right_wrong_and_config_file(keyed, tmp_path):
     keys, engine, _ = keyed
     right = run_cli(
-        "doctor", "--base-url", engine.base_url, "--api-key-env", "VLLM_API_KEY", "--model", engine.model_id, "--json"
+        "doctor",
+        "--base-url",
+        engine.base_url,
+        "--api-key-env",
+        "VLLM_API_KEY",
+        "--model",
+        engine.model_id,
+        *DOCTOR_TIMEOUT,
+        "--json",
     )
     assert right.returncode == 0, right.stdout
-    wrong = run_cli("doctor", "--base-url", engine.base_url, "--api-key-env", "TAOTOKEN_API_KEY", "--model", engine.model_id)
+    wrong = run_cli(
+        "doctor", "--base-url", engine.base_url, "--api-key-env", "TAOTOKEN_API_KEY", "--model", engine.model_id, *DOCTOR_TIMEOUT
+    )
     assert wrong.returncode == 1 and "auth" in wrong.stdout.lower()
     # a config file with the key pasted in (the articles' way): reported masked, never echoed
     config = tmp_path / "client.json"
@@ -155,6 +165,7 @@ def test_keys_of_every_form_are_never_shown_even_when_a_gateway_echoes_them(form
     with LlamaCppEngine(EngineConfig(ctx=512, parallel=1, api_key_env="FORM_ENGINE_KEY")) as engine:
         with FaultProxy(engine.port, "echo_auth") as gateway:
             common = ["--base-url", gateway.base_url, "--model", engine.model_id]
+            doctor = ["doctor", *common, *DOCTOR_TIMEOUT]
             shape = ["--concurrency", "1", "--requests", "1", "--max-tokens", "2", "--prompt-tokens", "8"]
             runs = {
                 "bench right": run_cli(
@@ -163,8 +174,8 @@ def test_keys_of_every_form_are_never_shown_even_when_a_gateway_echoes_them(form
                 "bench wrong": run_cli(
                     "bench", *common, "--api-key-env", "FORM_WRONG_KEY", *shape, "--out", str(tmp_path / "w.json")
                 ),
-                "doctor wrong": run_cli("doctor", *common, "--api-key-env", "FORM_WRONG_KEY"),
-                "doctor wrong json": run_cli("doctor", *common, "--api-key-env", "FORM_WRONG_KEY", "--json"),
+                "doctor wrong": run_cli(*doctor, "--api-key-env", "FORM_WRONG_KEY"),
+                "doctor wrong json": run_cli(*doctor, "--api-key-env", "FORM_WRONG_KEY", "--json"),
             }
             config = tmp_path / "client.json"
             config.write_text(json.dumps({"base_url": gateway.base_url, "api_key": wrong, "model": engine.model_id}))

@@ -11,8 +11,9 @@ from .common import add_target_arguments, chosen_target
 def run(args) -> int:
     from ..doctor import check_config, run_doctor
     from ..endpoints import Endpoint, resolve
-    from ..errors import BadInput
+    from ..errors import BadInput, positive_number
 
+    timeout_s = positive_number("--timeout", args.timeout)
     if args.config:
         report = check_config(args.config)
     else:
@@ -30,7 +31,7 @@ def run(args) -> int:
             )  # the doctor reports it, not refuses
         else:
             endpoint = resolve(target, model=args.model, api_key_env=args.api_key_env)
-        report = run_doctor(endpoint, timeout_s=float(args.timeout))
+        report = run_doctor(endpoint, timeout_s=timeout_s)
     print(json.dumps(report.to_dict(), indent=2) if args.json else report.text())
     return 0 if report.ok else 1
 
@@ -42,6 +43,6 @@ def add_parser(sub) -> None:
         "--config",
         help="check a client config file instead (OpenAI-SDK JSON/TOML, Claude Code settings.json, Codex config.toml/auth.json)",
     )
-    p.add_argument("--timeout", default=15, help="seconds per request (default 15)")
+    p.add_argument("--timeout", default=15, help="seconds per request, > 0 (default 15)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)

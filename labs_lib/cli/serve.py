@@ -20,7 +20,7 @@ def _on_off_auto(value: str | None) -> bool | None:
 
 def run(args: argparse.Namespace) -> int:
     from ..engines import EngineConfig, make_engine
-    from ..errors import positive_int
+    from ..errors import positive_int, positive_number
     from ..keys import mask, read_key
 
     if args.api_key_env:
@@ -65,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
         )
         if args.max_model_len is not None:
             config = config.with_(ctx=positive_int("--max-model-len", args.max_model_len) * (config.parallel or 1))
+    if args.timeout is not None:
+        positive_number("--timeout", args.timeout)
     engine = make_engine(args.engine, config)
 
     def on_term(signum, frame):  # SIGTERM: stop like Ctrl-C does
@@ -73,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_term)
     try:
         print(f"starting {engine.kind} with {engine.model_id} …", flush=True)
-        engine.start(**({"timeout_s": float(args.timeout)} if args.timeout else {}))
+        engine.start(**({"timeout_s": args.timeout} if args.timeout is not None else {}))
         key = engine.api_key
         print(f"OpenAI base URL: {engine.base_url}")
         print(f"model id:        {engine.model_id}")

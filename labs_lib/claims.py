@@ -108,15 +108,20 @@ def kv_claims_table(seed: int = 0) -> pd.DataFrame:
     saving = 100 * (1 - c["kv_heads"] / c["q_heads"])
     holds, off = verdict(c["value"], saving)
     rows.append(row("s000-gqa-saving", saving, "%", holds, "1 - 8/64 KV heads", off))
-    c = c_card = claim("s000-24gb-card")
-    card = plan_capacity(
-        c["model"],
-        c["max_model_len"],
-        kv_dtype="fp16",
-        gpu_memory_gib=c["gpu_memory_gib"],
-        weight_gib=c["weight_gib"],
-        gpu_memory_utilization=0.9,
-    )
+    c = card_claim = claim("s000-24gb-card")
+
+    def plan_card(utilization: float):
+        """Seed 000's own 24 GB card with 14 GB of weights, at a given gpu_memory_utilization."""
+        return plan_capacity(
+            card_claim["model"],
+            card_claim["max_model_len"],
+            kv_dtype="fp16",
+            gpu_memory_gib=card_claim["gpu_memory_gib"],
+            weight_gib=card_claim["weight_gib"],
+            gpu_memory_utilization=utilization,
+        )
+
+    card = plan_card(0.9)
     holds, off = verdict(c["value"], card.max_concurrency)
     rows.append(
         row(
@@ -208,18 +213,11 @@ def kv_claims_table(seed: int = 0) -> pd.DataFrame:
     for cid in ("s000-util-rest-for-weights", "s002-util-8pct-temp"):
         utilization = claim(cid)["value"]
         rest = f"{1 - utilization:.0%}"
-        split = plan_capacity(  # seed 000's own 24 GB card with 14 GB of weights, at the claim's fraction
-            c_card["model"],
-            c_card["max_model_len"],
-            kv_dtype="fp16",
-            gpu_memory_gib=c_card["gpu_memory_gib"],
-            weight_gib=c_card["weight_gib"],
-            gpu_memory_utilization=utilization,
-        )
+        split = plan_card(utilization)
         rows.append(
             row(
                 cid,
-                f"of {c_card['gpu_memory_gib']:g} x {utilization:g} = {split.requested_bytes / GIB:.1f}: weights "
+                f"of {card_claim['gpu_memory_gib']:g} x {utilization:g} = {split.requested_bytes / GIB:.1f}: weights "
                 f"{split.weight_bytes_per_rank / GIB:.0f} + activations ~{split.overhead_bytes / GIB:.0f} + KV pool "
                 f"{split.available_kv_bytes / GIB:.1f}",
                 "GiB",

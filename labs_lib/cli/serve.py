@@ -65,8 +65,7 @@ def run(args: argparse.Namespace) -> int:
         )
         if args.max_model_len is not None:
             config = config.with_(ctx=positive_int("--max-model-len", args.max_model_len) * (config.parallel or 1))
-    if args.timeout is not None:
-        positive_number("--timeout", args.timeout)
+    start = {} if args.timeout is None else {"timeout_s": positive_number("--timeout", args.timeout)}
     engine = make_engine(args.engine, config)
 
     def on_term(signum, frame):  # SIGTERM: stop like Ctrl-C does
@@ -75,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_term)
     try:
         print(f"starting {engine.kind} with {engine.model_id} …", flush=True)
-        engine.start(**({"timeout_s": args.timeout} if args.timeout is not None else {}))
+        engine.start(**start)
         key = engine.api_key
         print(f"OpenAI base URL: {engine.base_url}")
         print(f"model id:        {engine.model_id}")

@@ -3,21 +3,34 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.setup-done
+GPU_MARK := $(VENV)/.gpu-set
 
 VLLM_VENV  := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.setup-done
 
-.PHONY: setup setup-vllm browser run test test-fast test-busy lab screenshot lint format requirements lock clean
+.PHONY: setup setup-gpu setup-vllm browser run test test-fast test-busy lab screenshot lint format requirements lock clean
 
 setup: $(STAMP)
 
-# Re-runs only when the requirements, the pins or the package metadata change.
-$(STAMP): requirements.txt constraints.txt pyproject.toml
+# Re-runs only when the requirements, the pins or the package metadata change. A venv made by
+# `make setup-gpu` (it holds $(GPU_MARK)) keeps the GPU set and its pins: never the CPU constraints.
+$(STAMP): requirements.txt requirements-gpu.txt constraints.txt $(wildcard constraints-gpu.txt) pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python 3.11 or newer is needed (found " + sys.version.split()[0] + ")")'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -c constraints.txt -r requirements.txt -e .
+	@if [ -f $(GPU_MARK) ]; then set -x; $(PY) -m pip install -q -c constraints-gpu.txt -r requirements-gpu.txt -e .; \
+	else set -x; $(PY) -m pip install -q -c constraints.txt -r requirements.txt -e .; fi
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (LLM Inference Labs)" >/dev/null
 	@touch $(STAMP)
+
+# A GPU notebook instance: the official CUDA vLLM in .venv (with accelerate, which transformers needs to
+# convert the shipped GGUF), pinned by constraints-gpu.txt (bench/gpu_install_check.sh --lock writes it),
+# and a kernel "LLM Inference Labs" for an already running JupyterLab. Then `make run ARGS="--engine vllm"`.
+setup-gpu:
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@touch $(GPU_MARK) && rm -f $(STAMP)
+	@$(MAKE) --no-print-directory setup
+	$(PY) -c "import vllm, accelerate; print('vLLM', vllm.__version__, 'in', '$(VENV)')"
+	$(PY) -m ipykernel install --user --name llm-inference-labs --display-name "LLM Inference Labs" >/dev/null
 
 # vLLM on CPU in its own venv (it pins torch, transformers and more; the labs' kernel stays light).
 # ~3 min and ~3.4 GB the first time; the engine finds it there (labs_lib.engines.vllm.find_vllm).
@@ -46,9 +59,10 @@ browser:
 test: setup setup-vllm browser
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# Unit and CLI tests only: no engine, no notebook (under 2 minutes).
+# Unit and CLI tests only (about a minute): a test that starts an engine, a notebook, vLLM or a browser is
+# marked from the fixtures it uses and left out, and one that starts an engine anyway fails (tests/conftest.py).
 test-fast: setup
-	$(PY) -m pytest -m "not engine and not notebook and not vllm and not browser" $(PYTEST_ARGS)
+	$(PY) -m pytest --fast-tier $(PYTEST_ARGS)
 
 # The fault, orphan, crash-safety and load tests five times in a row beside bench/busy_cores.py (~40 min):
 # how docs/reliability.md's busy-machine table is made.

@@ -121,7 +121,7 @@ def lab03(*, engine, model, slo_ttft_ms, slo_tpot_ms, resume, quick, interactive
 
 def lab04(*, engine, variants, kv_dtypes, eval_tokens, gpu_models, quick, interactive) -> SimpleNamespace:
     from .quant import ORIGINAL, VARIANTS, check_variant
-    from .quant_compare import KV_DTYPES, VLLM_CPU_MODELS
+    from .quant_compare import GPU_MODEL_FAMILIES, KV_DTYPES, VLLM_CPU_MODELS
 
     if not isinstance(variants, (list, tuple)) or not variants:
         raise BadInput("variants", variants, "allowed: a non-empty list among " + ", ".join(VARIANTS))
@@ -129,8 +129,12 @@ def lab04(*, engine, variants, kv_dtypes, eval_tokens, gpu_models, quick, intera
         raise BadInput("kv_dtypes", kv_dtypes, "allowed: a non-empty list among " + ", ".join(KV_DTYPES))
     for k in kv_dtypes:
         choice("kv_dtypes", k, KV_DTYPES)
-    if not isinstance(gpu_models, (list, tuple)) or not all(isinstance(m, dict) and m.get("model") for m in gpu_models):
-        raise BadInput("gpu_models", gpu_models, "allowed: a list of mappings with at least a 'model' id")
+    if isinstance(gpu_models, str):
+        gpu_models = [dict(m) for m in GPU_MODEL_FAMILIES[choice("gpu_models", gpu_models, tuple(GPU_MODEL_FAMILIES))]]
+    if not isinstance(gpu_models, (list, tuple)) or not gpu_models or not all(isinstance(m, dict) for m in gpu_models):
+        raise BadInput(
+            "gpu_models", gpu_models, f"allowed: {', '.join(GPU_MODEL_FAMILIES)}, or a list of mappings of EngineConfig fields"
+        )
     quick = flag("quick", quick)
     names = [check_variant(v) for v in variants]
     kind = resolve_kind(engine_name(engine))

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import httpx
 import pandas as pd
 
 from .endpoints import endpoint_for
 from .engines import EngineConfig, make_engine
-from .errors import BadInput
+from .errors import BadInput, LabsError
 from .gguf_meta import read_gguf_meta
 from .gpu import read_gpus
 from .load import prefill_tokens_per_s, run_load, warm_up
@@ -20,6 +21,30 @@ from .timing import RequestSpec
 KV_DTYPES = ("f16", "q8_0", "q4_0")
 # vLLM on CPU, the shipped model: weights as converted (bf16), upcast to float32, and an fp8 KV cache
 VLLM_CPU_MODELS = ({}, {"dtype": "float32"}, {"kv_cache_dtype": "fp8"})
+# vLLM on a GPU: a family of configurations by name (lab 04's gpu_models). "shipped" needs no hub and no token;
+# the 7B family is ungated and downloads the sizes below (Hugging Face's file listings, 2026-12) once.
+GPU_MODEL_FAMILIES = {
+    "shipped": ({}, {"quantization": "fp8"}, {"kv_cache_dtype": "fp8"}),  # bf16, vLLM's online fp8 weights, fp8 KV
+    "qwen2.5-7b": (
+        {"model": "Qwen/Qwen2.5-7B-Instruct"},
+        {"model": "Qwen/Qwen2.5-7B-Instruct-AWQ"},  # pre-quantized: vLLM reads the method and picks the kernel
+        {"model": "Qwen/Qwen2.5-7B-Instruct-GPTQ-Int4"},
+        {"model": "Qwen/Qwen2.5-7B-Instruct", "quantization": "fp8"},  # online: quantized at load, so it is asked for
+        {"model": "Qwen/Qwen2.5-7B-Instruct", "kv_cache_dtype": "fp8"},
+    ),
+}
+DOWNLOAD_GB = {"Qwen/Qwen2.5-7B-Instruct": 15.2, "Qwen/Qwen2.5-7B-Instruct-AWQ": 5.6, "Qwen/Qwen2.5-7B-Instruct-GPTQ-Int4": 5.6}
+
+
+def download_note(models: list[dict]) -> str:
+    """One line: what the configurations download from the hub before the first starts ("" when nothing)."""
+    ids = list(dict.fromkeys(m["model"] for m in models if m.get("model")))
+    if not ids:
+        return ""
+    sizes = [DOWNLOAD_GB.get(i) for i in ids]
+    total = sum(s for s in sizes if s)
+    known = f"about {total:.1f} GB" + (" and more" if None in sizes else "") if total else "sizes unknown here"
+    return f"downloads once from the Hugging Face hub ({known}, unless cached): " + ", ".join(ids)
 
 
 @dataclass(frozen=True)
@@ -90,6 +115,15 @@ async def measure_config(
     return row, scores, greedy
 
 
+def check_kv_dtypes(kv_dtypes) -> list[str]:
+    """The KV cache types, lower-cased; BadInput names the first one llama.cpp cannot cache in."""
+    kv_dtypes = [str(k).lower() for k in kv_dtypes]
+    for k in kv_dtypes:
+        if k not in KV_DTYPES:
+            raise BadInput("kv dtype", k, "allowed: " + ", ".join(KV_DTYPES))
+    return kv_dtypes
+
+
 async def compare_variants(
     variants: list[str],
     kv_dtypes: list[str] = ("f16",),
@@ -107,10 +141,7 @@ async def compare_variants(
     settings = settings or QuantSettings()
     variants = [check_variant(v) for v in variants]
     reference = check_variant(reference)
-    kv_dtypes = [str(k).lower() for k in kv_dtypes]
-    for k in kv_dtypes:
-        if k not in KV_DTYPES:
-            raise BadInput("kv dtype", k, "allowed: " + ", ".join(KV_DTYPES))
+    kv_dtypes = check_kv_dtypes(kv_dtypes)
     runs = [(v, "f16") for v in dict.fromkeys([reference, *variants])]
     runs += [(check_variant(kv_variant), k) for k in kv_dtypes if k != "f16"]
     if (check_variant(kv_variant), "f16") not in runs and any(k != "f16" for k in kv_dtypes):
@@ -157,7 +188,7 @@ async def compare_models(models: list[dict], *, settings: QuantSettings | None =
     from tqdm.auto import tqdm
 
     settings = settings or QuantSettings()
-    results = []
+    rows, scored = [], []
     for fields in tqdm(models, desc="models", unit="config", disable=not progress):
         config = EngineConfig(**{"max_model_len": 4096, "parallel": max(settings.concurrencies) * 4, **fields})
         label = {
@@ -166,9 +197,16 @@ async def compare_models(models: list[dict], *, settings: QuantSettings | None =
             "quantization": config.quantization or "-",
             "kv_dtype": config.kv_cache_dtype,
         }
-        results.append(await measure_config("vllm", config, label, settings))
-    ref_scores = results[0][1]
-    return pd.DataFrame([{**row, **agreement(ref_scores, scores)} for row, scores, _ in results])
+        try:  # a failed configuration (a download, an OOM, a kernel the card lacks) is a row, as in sweeps
+            row, scores, _ = await measure_config("vllm", config, label, settings)
+        except (LabsError, OSError, httpx.HTTPError) as exc:
+            rows.append({**label, "status": "failed", "error": (str(exc) or type(exc).__name__).splitlines()[0]})
+            continue
+        rows.append({**row, "status": "ok", "error": ""})
+        scored.append((len(rows) - 1, scores))
+    for i, scores in scored:  # agreement with the first configuration that ran
+        rows[i] |= agreement(scored[0][1], scores)
+    return pd.DataFrame(rows)
 
 
 # which way is better; kl, delta_nll and perplexity_ratio are against the reference and carry 95% intervals

@@ -20,15 +20,112 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 def pytest_addoption(parser):
     parser.addoption("--run-slow", action="store_true", help="also run the long randomized variants")
+    parser.addoption(
+        "--fast-tier",
+        action="store_true",
+        help="only tests that start no engine, notebook, vLLM or browser; one that starts an engine anyway fails",
+    )
+    parser.addoption("--suite-report", metavar="PATH", help="also write the time per file and the engine starts as JSON")
 
 
+# A test that starts any of these is not in the fast tier (make test-fast).
+HEAVY_MARKS = ("engine", "vllm", "notebook", "browser")
+
+
+@pytest.fixture(scope="session")
+def starts_engine():
+    """Requested by every fixture that starts an engine: the tests using it, directly or through other
+    fixtures, are marked `engine` at collection (and so left out of the fast tier)."""
+
+
+@pytest.fixture(scope="session")
+def starts_vllm(starts_engine):
+    """Requested by every fixture that starts vLLM: its tests are marked `vllm` (and `engine`)."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects by marker
 def pytest_collection_modifyitems(config, items):
-    if config.getoption("--run-slow"):
-        return
-    skip = pytest.mark.skip(reason="long variant: run with --run-slow")
     for item in items:
-        if "slow" in item.keywords:
-            item.add_marker(skip)
+        used = set(getattr(item, "fixturenames", ()))
+        if "starts_engine" in used:
+            item.add_marker(pytest.mark.engine)
+        if "starts_vllm" in used:
+            item.add_marker(pytest.mark.vllm)
+    if config.getoption("--fast-tier"):
+        heavy = [item for item in items if any(mark in item.keywords for mark in HEAVY_MARKS)]
+        if heavy:
+            config.hook.pytest_deselected(items=heavy)
+            items[:] = [item for item in items if item not in heavy]
+    if not config.getoption("--run-slow"):
+        skip = pytest.mark.skip(reason="long variant: run with --run-slow")
+        for item in items:
+            if "slow" in item.keywords:
+                item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _fast_tier_starts_no_engine(request):
+    """In the fast tier, a test that started an engine (any process: engines record each start) fails
+    and says how to mark it."""
+    if not request.config.getoption("--fast-tier"):
+        yield
+        return
+    from labs_lib.engines.base import read_starts
+
+    since = time.time()
+    yield
+    started = read_starts(since)
+    if started:
+        kinds = ", ".join(sorted({row["kind"] for row in started}))
+        pytest.fail(
+            f"{request.node.nodeid} started {len(started)} engine(s) ({kinds}) in the fast tier: "
+            "start it through a fixture that requests starts_engine (or mark the test engine)"
+        )
+
+
+# --- the suite's time per file and its engine starts (printed after every run that is not the fast tier) ---
+
+_TIMES: dict[str, float] = {}
+_STARTS: list[dict] = []
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    from labs_lib.engines.base import read_starts
+
+    since = time.time()
+    yield
+    path = item.nodeid.split("::")[0]
+    _TIMES[path] = _TIMES.get(path, 0.0) + time.time() - since
+    _STARTS.extend({**row, "test": item.nodeid} for row in read_starts(since))
+
+
+def suite_summary() -> dict:
+    """Seconds per test file, and engine starts per kind (count, seconds in all, slowest)."""
+    kinds: dict[str, dict] = {}
+    for row in _STARTS:
+        k = kinds.setdefault(row["kind"], {"starts": 0, "seconds": 0.0, "slowest_s": 0.0, "failed": 0})
+        k["starts"] += 1
+        k["seconds"] = round(k["seconds"] + row["start_s"], 1)
+        k["slowest_s"] = max(k["slowest_s"], row["start_s"])
+        k["failed"] += not row["ok"]
+    per_file = {path: round(s, 1) for path, s in sorted(_TIMES.items(), key=lambda kv: -kv[1])}
+    return {"seconds_by_file": per_file, "engine_starts": kinds, "starts": _STARTS}
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if config.getoption("--fast-tier") or not _TIMES:
+        return
+    summary = suite_summary()
+    write = terminalreporter.write_line
+    terminalreporter.section("suite time")
+    write("seconds by file: " + ", ".join(f"{Path(p).name} {s:.0f}" for p, s in summary["seconds_by_file"].items()))
+    for kind, k in summary["engine_starts"].items():
+        write(
+            f"engine starts, {kind}: {k['starts']} ({k['failed']} failed), {k['seconds']:.0f} s in all, slowest {k['slowest_s']:.0f} s"
+        )
+    if config.getoption("--suite-report"):
+        Path(config.getoption("--suite-report")).write_text(json.dumps(summary, indent=1))
 
 
 def run_cli(*args: str, env: dict | None = None, timeout: float = 300, input: str | None = None) -> subprocess.CompletedProcess:

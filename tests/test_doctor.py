@@ -25,7 +25,7 @@ KEY = fake_key("doctor-canary-")
 
 
 @pytest.fixture(scope="module")
-def engine():
+def engine(starts_engine):
     os.environ["LABS_DOCTOR_KEY"] = KEY
     with LlamaCppEngine(EngineConfig(ctx=1024, api_key_env="LABS_DOCTOR_KEY")) as e:
         yield e

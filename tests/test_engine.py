@@ -37,7 +37,7 @@ def gone(pid: int, within_s: float = 5.0) -> bool:
 
 
 @pytest.fixture(scope="module")
-def engine():
+def engine(starts_engine):
     with LlamaCppEngine(EngineConfig(ctx=4096, parallel=2)) as e:
         yield e
 

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.engine
 
 
 @pytest.fixture(scope="module")
-def engine():
+def engine(starts_engine):
     with LlamaCppEngine(EngineConfig(ctx=4096, parallel=4)) as e:
         yield e
 

@@ -36,6 +36,7 @@ from labs_lib.engines import free_port, port_is_free
 
 SIGNALS = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM, "SIGKILL": signal.SIGKILL}
 GONE_WITHIN_S = 20.0  # a SIGKILLed parent is noticed by the engine's watch thread within seconds
+pytestmark = pytest.mark.engine  # every test here starts an engine (through a CLI command or a notebook)
 ENGINES = ["llamacpp", pytest.param("vllm", marks=pytest.mark.vllm)]
 START_S = {"llamacpp": 90, "vllm": 600}  # bounds on a hang, not guesses of speed: vLLM loads for ~1 min on 2 idle cores
 SERVE_ARGS = {
@@ -220,9 +221,10 @@ def test_serve(sig, moment):
 
 
 @pytest.mark.vllm
-@pytest.mark.parametrize("sig", SIGNALS)
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
 def test_serve_vllm_mid_stream(sig):
-    """Mid-stream: the API server and the engine core both run (the core's start is test_serve_vllm_start_up's moment)."""
+    """Mid-stream: the API server and the engine core both run (the core's start is test_serve_vllm_start_up's moment).
+    SIGINT at this moment is test_vllm_live's serve test (a vLLM start costs a minute, so it is not made twice)."""
     serve_then_signal(SIGNALS[sig], "mid-stream", f"serve-vllm-{sig}-{os.getpid()}", engine="vllm")
 
 

@@ -24,12 +24,28 @@ def test_gpu_requirements_build_on_cpu_requirements():
     assert "-r requirements.txt" in (REPO / "requirements-gpu.txt").read_text()
 
 
-def test_ci_runs_make_test_and_nothing_else():
+def test_ci_fails_fast_then_runs_make_test():
+    """Lint and the fast tier first (set -e stops at their first failure), then the README's test command."""
     commands = [
         ln.strip() for ln in (REPO / ".ci" / "run").read_text().splitlines() if ln.strip() and not ln.strip().startswith("#")
     ]
-    assert commands[-1] == "make test"
-    assert all(c.startswith(("set ", "cd ")) for c in commands[:-1]), commands
+    assert "set -euo pipefail" in commands
+    assert [c for c in commands if c.startswith("make ")] == ["make lint", "make test-fast", "make test"], commands
+    assert all(c.startswith(("set ", "cd ", "make ")) for c in commands), commands
+    fast = re.search(r"^test-fast:.*\n((?:\t.*\n)+)", (REPO / "Makefile").read_text(), re.M).group(1)
+    assert "--fast-tier" in fast  # the tier whose guard fails a test that starts an engine
+
+
+def test_the_gpu_set_was_checked_since_it_last_changed():
+    """bench/gpu_install_check.sh prints the set's digest; docs/performance.md §7 records the last passing run.
+    A change to the GPU set (or the CPU requirements under it) needs that check run again (about 10 minutes)."""
+    import hashlib
+
+    text = b"".join((REPO / name).read_bytes() for name in ("requirements.txt", "requirements-gpu.txt", "constraints-gpu.txt"))
+    digest = hashlib.sha256(text).hexdigest()[:16]
+    recorded = (REPO / "docs" / "performance.md").read_text()
+    assert f"set: {digest}" in recorded, f"the GPU set is now {digest}: run bench/gpu_install_check.sh and record it in §7"
+    assert "-c constraints-gpu.txt -r requirements-gpu.txt" in (REPO / "Makefile").read_text()
 
 
 def test_readme_shows_the_two_commands_first():

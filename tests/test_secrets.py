@@ -17,7 +17,7 @@ from labs_lib.paths import cache_dir
 
 
 @pytest.fixture(scope="module")
-def keyed():
+def keyed(starts_engine):
     """An embedded engine that requires the VLLM_API_KEY canary, plus the canaries and a start time."""
     keys = make_canaries()
     started = time.time()
@@ -153,7 +153,7 @@ def bare(value: str) -> str:
 
 
 @pytest.mark.parametrize("form", KEY_FORMS)
-def test_keys_of_every_form_are_never_shown_even_when_a_gateway_echoes_them(form, tmp_path, monkeypatch):
+def test_keys_of_every_form_are_never_shown_even_when_a_gateway_echoes_them(form, tmp_path, monkeypatch, starts_engine):
     """bench and doctor through a gateway that quotes back the credentials it received: the right key, a
     wrong key of the same form, and a key pasted into a client config; no output, file or log shows one."""
     right, wrong = KEY_FORMS[form](), KEY_FORMS[form]()

@@ -250,3 +250,15 @@ def test_cache_hit_table_keeps_the_load_level_so_off_and_on_compare_at_the_same_
     table = cache_hit_table(rows, "vllm")
     assert list(table["concurrency"]) == [1, 8, 1, 8]
     assert list(table["hit rate"]) == [0.0, 0.0, 0.75, 0.75]  # vLLM's prompt counter includes the hits
+
+
+def test_a_quick_grid_may_leave_its_knob_to_the_full_run():
+    """A grid's quick section can say why a quick run turns nothing (lab 03 prints it); the full run and the
+    CLI's explicit --quick keep every configuration."""
+    from labs_lib.paths import DATA_DIR
+
+    path = DATA_DIR / "grids" / "vllm_cpu_kv_dtype.yaml"
+    quick, full = load_grid(path, quick=True), load_grid(path)
+    assert "quick=False turns it here too" in quick.skipped and full.skipped == ""
+    assert len(quick.configs()) == len(full.configs()) == 2  # what is skipped is still a valid grid
+    assert load_grid(DATA_DIR / "grids" / "vllm_cpu_kv_pool.yaml", quick=True).skipped == ""

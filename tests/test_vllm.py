@@ -208,7 +208,10 @@ def test_sweep_dry_run_prints_vllm_commands_for_the_gpu_grid():
     proc = run_cli("sweep", "--engine", "vllm", "--grid", "data/grids/gpu_tuning.yaml", "--dry-run")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
-    assert len(lines) == 5 and all(ln.startswith("vllm serve Qwen/Qwen2.5-7B-Instruct ") for ln in lines)
+    # the shipped model by default on a GPU too (no hub, no token): its converted folder, under its own id
+    assert len(lines) == 5 and all(
+        ln.startswith("vllm serve ") and "gemma-3-270m-hf " in ln and "--served-model-name gemma-3-270m " in ln for ln in lines
+    ), lines
     assert "--gpu-memory-utilization 0.5 --no-enable-prefix-caching" in lines[0]
     assert "--kv-cache-dtype fp8 --attention-backend FLASH_ATTN" in lines[-1]
     flags = parse_help_flags(HELP)
@@ -264,3 +267,21 @@ def test_sentencepiece_names_become_text_one_piece_per_token():
     assert len(pieces) == len(names)
     assert "".join(pieces) == "The café is open"
     assert pieces[2:4] == ["é", ""]
+
+
+def test_scoring_without_a_bos_leaves_out_the_token_that_has_no_context():
+    """vLLM's prompt_logprobs as /v1/completions returns them for a prompt without BOS (Qwen's tokenizer adds
+    none): the first entry is null. Scoring used to index into it (TypeError); the live case is in
+    test_vllm_live.py."""
+    from labs_lib.engines.vllm import scores_from_prompt_logprobs
+
+    prompt_logprobs = [
+        None,
+        {"791": {"logprob": -2.5, "rank": 3, "decoded_token": " the"}, "13": {"logprob": -0.4, "rank": 1, "decoded_token": "."}},
+        {"6": {"logprob": -0.1, "rank": 1, "decoded_token": "a"}},
+    ]
+    scores = scores_from_prompt_logprobs(prompt_logprobs, [40, 791, 6])
+    assert scores.token_ids == [791, 6] and list(scores.logprobs) == [-2.5, -0.1]
+    assert scores.top1_ids == [13, 6] and scores.top_logprobs[0] == {13: -0.4, 791: -2.5}
+    with_bos = scores_from_prompt_logprobs(prompt_logprobs, [791, 6])  # the null was the BOS's: every token scored
+    assert with_bos.token_ids == [791, 6]

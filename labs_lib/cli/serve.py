@@ -118,6 +118,9 @@ def add_parser(sub) -> None:
     p.add_argument("--model", help="vllm: a Hugging Face id or folder (default: the shipped Gemma 3 270M, converted once)")
     p.add_argument("--max-num-seqs", help="vllm: sequences decoded together")
     p.add_argument("--max-num-batched-tokens", help="vllm: tokens per scheduler step")
-    p.add_argument("--kv-cache-gib", help="vllm on CPU: the KV pool in GiB (VLLM_CPU_KVCACHE_SPACE)")
+    p.add_argument(
+        "--kv-cache-gib",
+        help="vllm: the KV pool in GiB (passed as --kv-cache-memory-bytes; default 1 on CPU, from the utilization on a GPU)",
+    )
     p.add_argument("--timeout", type=float, help="seconds to wait for readiness (default: 120 llama.cpp, 1800 vLLM)")
     p.set_defaults(func=run)

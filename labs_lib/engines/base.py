@@ -11,6 +11,7 @@ by itself (it watches its parent).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -256,8 +257,10 @@ class Engine:
             self._wait_ready(timeout_s)
         except BaseException:
             self.stop()
+            _record_start(logs, self.kind, time.perf_counter() - started, ok=False)
             raise
         self.started_s = time.perf_counter() - started
+        _record_start(logs, self.kind, self.started_s, ok=True)
         self.allocation = self._parse_allocation(self.log_text())
         return self
 
@@ -340,6 +343,32 @@ def _terminate_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
             continue
     with contextlib.suppress(ProcessLookupError):  # grandchildren of an already-dead leader
         os.killpg(pgid, signal.SIGKILL)
+
+
+STARTS_FILE = "starts.jsonl"
+
+
+def _record_start(logs: Path, kind: str, seconds: float, ok: bool) -> None:
+    """One line per engine start in logs/starts.jsonl (unix time, kind, seconds to ready or to failure):
+    how start-up time is measured across processes (notebook kernels, CLI commands, tests)."""
+    line = json.dumps({"t": round(time.time(), 3), "kind": kind, "start_s": round(seconds, 3), "ok": ok, "pid": os.getpid()})
+    with contextlib.suppress(OSError), open(logs / STARTS_FILE, "a") as f:
+        f.write(line + "\n")
+
+
+def read_starts(since: float = 0.0) -> list[dict]:
+    """Engine starts recorded at or after unix time `since` (see _record_start)."""
+    try:
+        lines = (cache_dir() / "logs" / STARTS_FILE).read_text().splitlines()
+    except OSError:
+        return []
+    rows = []
+    for line in lines:
+        with contextlib.suppress(ValueError):
+            row = json.loads(line)
+            if row.get("t", 0) >= since:
+                rows.append(row)
+    return rows
 
 
 def _prune(folder: Path, keep: int) -> None:

@@ -193,6 +193,24 @@ def command_line(config: EngineConfig, port: int | None = None) -> str:
     return prefix + "vllm " + shlex.join(serve_args(config, port))
 
 
+def scores_from_prompt_logprobs(prompt_logprobs: list[dict | None], token_ids: list[int]) -> Scores:
+    """Scores of token_ids, the end of a prompt, from vLLM's prompt_logprobs (one entry per prompt token, each
+    holding that token and the TOP_K). The prompt's first entry is null: a first token has no context. With
+    a BOS in front that is the BOS; without one (Qwen's tokenizer adds none) it is the text's own first
+    token, which is then left out of the scores (they cover token_ids[1:])."""
+    per_position = prompt_logprobs[len(prompt_logprobs) - len(token_ids) :]
+    scored, logprobs, top1, tops = [], [], [], []
+    for token, options in zip(token_ids, per_position, strict=True):
+        if options is None:
+            continue
+        scored.append(token)
+        logprobs.append(options[str(token)]["logprob"])
+        ranked = sorted(options, key=lambda k: options[k].get("rank") or 1e9)
+        top1.append(int(ranked[0]))
+        tops.append({int(k): options[k]["logprob"] for k in ranked if (options[k].get("rank") or 1e9) <= TOP_K})
+    return Scores(scored, np.array(logprobs), top1, tops)
+
+
 # ---------------------------------------------------------------- start-up log
 
 _NUM = r"([\d,]+)"
@@ -436,14 +454,7 @@ class VLLMEngine(Engine):
         """From prompt_logprobs on /v1/completions: each position's dict holds the prompt token and the TOP_K."""
         prompt = ([bos] if bos is not None else []) + token_ids
         body = {"model": self.model_id, "prompt": prompt, "max_tokens": 1, "temperature": 0, "prompt_logprobs": TOP_K}
-        per_position = self._post("/v1/completions", body)["choices"][0]["prompt_logprobs"][len(prompt) - len(token_ids) :]
-        logprobs, top1, tops = [], [], []
-        for token, options in zip(token_ids, per_position, strict=True):
-            logprobs.append(options[str(token)]["logprob"])
-            ranked = sorted(options, key=lambda k: options[k].get("rank") or 1e9)
-            top1.append(int(ranked[0]))
-            tops.append({int(k): options[k]["logprob"] for k in ranked if (options[k].get("rank") or 1e9) <= TOP_K})
-        return Scores(token_ids, np.array(logprobs), top1, tops)
+        return scores_from_prompt_logprobs(self._post("/v1/completions", body)["choices"][0]["prompt_logprobs"], token_ids)
 
     def greedy(self, prompt_ids: list[int], n: int) -> list[int]:
         body = {

@@ -11,26 +11,14 @@ step: CI has no GPU. Its figures go into docs/performance.md with the date and c
 from __future__ import annotations
 
 import argparse
-import re
 import tempfile
 import time
 from pathlib import Path
 
-from labs_lib.catalogs import gpu_names, gpu_spec
+from labs_lib.catalogs import catalogue_name, gpu_spec
 from labs_lib.gpu import read_gpus
 
 from _common import header, verdict
-
-
-def catalogue_name(nvml_name: str) -> str | None:
-    """The data/gpus.json entry for an NVML device name ("NVIDIA H200" -> "H200", "NVIDIA A100-SXM4-80GB" -> "A100-80GB")."""
-    text = nvml_name.upper().replace("NVIDIA", "").replace("GEFORCE", "").strip()
-    best = None
-    for name in gpu_names():
-        parts = [p for p in re.split(r"[-\s]", name.upper()) if p]
-        if all(p in text for p in parts) and (best is None or len(name) > len(best)):
-            best = name
-    return best
 
 
 def device_bandwidth_gb_s(seconds: float = 3.0) -> float:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from functools import cache
 
 import pandas as pd
@@ -33,3 +34,14 @@ def gpu_spec(name: str) -> dict:
 
 def gpu_table() -> pd.DataFrame:
     return pd.DataFrame([gpu_spec(n) for n in gpu_names()]).set_index("name")
+
+
+def catalogue_name(nvml_name: str) -> str | None:
+    """The data/gpus.json entry for an NVML device name ("NVIDIA H200" -> "H200", "NVIDIA A100-SXM4-80GB" -> "A100-80GB")."""
+    text = nvml_name.upper().replace("NVIDIA", "").replace("GEFORCE", "").strip()
+    best = None
+    for name in gpu_names():
+        parts = [p for p in re.split(r"[-\s]", name.upper()) if p]
+        if all(p in text for p in parts) and (best is None or len(name) > len(best)):
+            best = name
+    return best

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .catalogs import catalogue_name, gpu_spec
 from .errors import BadInput
+from .gpu import read_gpus
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,19 @@ def measure_bandwidth(buffer_mib: int = 512, repeats: int = 5, threads: int | No
         np.copyto(dst, src)
         copies.append(2 * src.nbytes / (time.perf_counter() - t))
     return Bandwidth(max(rates), float(np.median(rates)), max(copies), src.nbytes, threads, repeats)
+
+
+def decode_bandwidth(device: str, *, buffer_mib: int = 512) -> tuple[float, str]:
+    """(bytes/s of the memory a decode step reads, where the figure comes from). On a GPU the weights and KV
+    cache are in the card's memory: the catalogue's bandwidth for the card NVML names (data/gpus.json);
+    on the CPU, or a card the catalogue lacks, this machine's DRAM read bandwidth, measured now."""
+    if device != "cpu":
+        gpus, _ = read_gpus()
+        name = catalogue_name(gpus[0].name) if gpus else None
+        if name:
+            return gpu_spec(name)["bandwidth_gb_per_s"] * 1e9, f"{name}'s memory bandwidth (catalogue, data/gpus.json)"
+    bw = measure_bandwidth(buffer_mib=buffer_mib)
+    return bw.bytes_per_s, f"this machine's DRAM read bandwidth, measured ({bw.threads} threads)"
 
 
 def decode_bytes_per_step(weight_bytes: int, kv_bytes_per_token: int, context_tokens: int, batch: int = 1) -> int:

@@ -70,3 +70,20 @@ def test_decode_step_flops_follow_the_published_count_and_the_window():
     assert decode_step_flops(gemma, 2000, cached=False) == pytest.approx(decode_step_flops(gemma, many).sum(), rel=1e-12)
     deepseek = load_model("deepseek-ai/DeepSeek-V3")  # MLA: absorbed attention over the latent and rope key
     assert decode_step_flops(deepseek, 1) == 2 * deepseek.params + 4 * deepseek.num_q_heads * (512 + 64) * 61
+
+
+def test_decode_reads_the_cards_bandwidth_on_a_gpu_and_this_machines_on_the_cpu(monkeypatch):
+    """Lab 02's roofline on a GPU instance divided by the host's DRAM bandwidth. A fake NVML reading stands
+    for the card (no GPU here); an engine on the CPU, or a card the catalogue lacks, gets the measured DRAM."""
+    from labs_lib import roofline
+    from labs_lib.gpu import GPUReading
+
+    h200 = GPUReading(0, "NVIDIA H200", 150_754_820_096, 0, 150_754_820_096, 0.0)
+    monkeypatch.setattr(roofline, "read_gpus", lambda: ([h200], None))
+    bytes_per_s, source = roofline.decode_bandwidth("cuda")
+    assert bytes_per_s == 4800e9 and "H200" in source and "catalogue" in source
+    on_cpu, source = roofline.decode_bandwidth("cpu", buffer_mib=16)
+    assert 1e8 < on_cpu < 1e12 and "measured" in source  # the engine is on the CPU: the card is not what it reads
+    unknown = GPUReading(0, "NVIDIA Quadro Unlisted 9000", 1 << 34, 0, 1 << 34, 0.0)
+    monkeypatch.setattr(roofline, "read_gpus", lambda: ([unknown], None))
+    assert "measured" in roofline.decode_bandwidth("cuda", buffer_mib=16)[1]

@@ -285,3 +285,36 @@ def test_scoring_without_a_bos_leaves_out_the_token_that_has_no_context():
     assert scores.top1_ids == [13, 6] and scores.top_logprobs[0] == {13: -0.4, 791: -2.5}
     with_bos = scores_from_prompt_logprobs(prompt_logprobs, [791, 6])  # the null was the BOS's: every token scored
     assert with_bos.token_ids == [791, 6]
+
+
+def test_a_configuration_that_cannot_run_is_a_row_with_its_reason():
+    """Lab 04 on vLLM: one configuration that cannot start (here a KV type vLLM does not have; on a GPU a
+    download, an OOM, a kernel the card lacks) is a row with its one-line reason, and the comparison goes on.
+    It used to end the whole comparison."""
+    from labs_lib.load import run_blocking
+    from labs_lib.quant_compare import QuantSettings, compare_models
+
+    df = run_blocking(compare_models([{"kv_cache_dtype": "q4_0"}], settings=QuantSettings.quick(), progress=False))
+    assert list(df.status) == ["failed"], df
+    assert "q4_0" in df.error[0] and "\n" not in df.error[0] and df.kv_dtype[0] == "q4_0"
+
+
+def test_lab04_gpu_models_take_a_family_or_a_list():
+    from labs_lib.errors import BadInput
+    from labs_lib.params import lab04
+    from labs_lib.quant_compare import GPU_MODEL_FAMILIES, download_note
+
+    common = {
+        "engine": "llamacpp",
+        "variants": ["Q4_K_M"],
+        "kv_dtypes": ["f16"],
+        "eval_tokens": 64,
+        "quick": True,
+        "interactive": False,
+    }
+    assert lab04(gpu_models="shipped", **common).gpu_models == [dict(m) for m in GPU_MODEL_FAMILIES["shipped"]]
+    assert download_note(lab04(gpu_models="shipped", **common).gpu_models) == ""  # the shipped model: no hub
+    note = download_note(lab04(gpu_models="qwen2.5-7b", **common).gpu_models)
+    assert "about 26.4 GB" in note and "Qwen/Qwen2.5-7B-Instruct-AWQ" in note
+    with pytest.raises(BadInput, match=r"allowed: shipped, qwen2\.5-7b"):
+        lab04(gpu_models="llama-70b", **common)

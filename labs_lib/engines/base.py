@@ -184,6 +184,11 @@ class Engine:
         """Bytes of the weights a decode step reads (None when the engine cannot tell)."""
         return None
 
+    @property
+    def device(self) -> str:
+        """Where the engine computes: "cpu", or "cuda" (its weights and KV cache then live in the GPU's memory)."""
+        return "cpu"
+
     def allocation_lines(self) -> list[str]:
         """The KV allocation the engine logged, for people."""
         return ["KV cache: not reported"]

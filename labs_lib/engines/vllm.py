@@ -423,6 +423,10 @@ class VLLMEngine(Engine):
         files = list(folder.glob("*.safetensors")) if folder.is_dir() else []
         return sum(f.stat().st_size for f in files) or None  # a hub id: unknown here
 
+    @property
+    def device(self) -> str:
+        return self.install.device
+
     def allocation_summary(self) -> dict:
         a = self.allocation
         return {"kv_cache_tokens": a.kv_cache_tokens, "max_concurrency": a.max_concurrency} if a else {}

@@ -45,3 +45,36 @@ def read_gpus() -> tuple[list[GPUReading], str | None]:
     finally:
         with contextlib.suppress(Exception):
             pynvml.nvmlShutdown()
+
+
+@dataclass(frozen=True)
+class GPUProcess:
+    pid: int
+    name: str  # the process's command line, shortened ("" when it cannot be read, e.g. another container's)
+    memory_used_bytes: int | None
+
+
+def gpu_processes(index: int = 0) -> list[GPUProcess]:
+    """The compute processes holding memory on GPU `index`, from NVML (empty without NVML or a GPU)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:
+        return []
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        found = []
+        for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+            try:
+                with open(f"/proc/{proc.pid}/cmdline", "rb") as f:
+                    name = f.read().replace(b"\0", b" ").decode(errors="replace").strip()[:80]
+            except OSError:
+                name = ""
+            found.append(GPUProcess(int(proc.pid), name, getattr(proc, "usedGpuMemory", None)))
+        return found
+    except Exception:
+        return []
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()

@@ -262,10 +262,32 @@ class CapacityPlan:
     weight_dtype: str | None = None
     weight_bytes_per_rank: int | None = None
     overhead_bytes: int | None = None  # stated estimate of activations + non-torch + graphs
+    max_num_batched_tokens: int | None = None  # the step budget assumed (vLLM's default for the card unless given)
     problem: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def vllm_batch_defaults(device_memory_bytes: int, device_name: str = "", *, on_cpu: bool = False, world_size: int = 1) -> dict:
+    """vLLM's defaults for `vllm serve` (the OpenAI API server) when max_num_batched_tokens and max_num_seqs are not
+    given, by card: what the planner assumes and lab 03 states. vLLM 0.33.0, vllm/engine/arg_utils.py,
+    EngineArgs.get_batch_defaults: 160 GiB and more (B200, B300) 16,384 tokens and 1,024 sequences; 70 GiB and
+    more except A100s (H100, H200) 8,192 and 1,024; other cards 2,048 and 256; CPU 2,048 and 128 per rank.
+    (The LLM class uses larger token budgets; vLLM 0.32 has the same table.)"""
+    if on_cpu:
+        tokens, seqs = 2048 * world_size, 128 * world_size
+    elif device_memory_bytes >= 160 * GIB:
+        tokens, seqs = 16384, 1024
+    elif device_memory_bytes >= 70 * GIB and "a100" not in device_name.lower():
+        tokens, seqs = 8192, 1024
+    else:
+        tokens, seqs = 2048, 256
+    return {
+        "max_num_batched_tokens": tokens,
+        "max_num_seqs": seqs,
+        "source": "vLLM 0.33.0 vllm/engine/arg_utils.py EngineArgs.get_batch_defaults (OpenAI API server)",
+    }
 
 
 def plan_capacity(
@@ -282,12 +304,14 @@ def plan_capacity(
     weight_dtype: str | DType = "bf16",
     weight_gib: float | None = None,
     overhead_gib: float = DEFAULT_OVERHEAD_GIB,
-    max_num_batched_tokens: int = 2048,
+    max_num_batched_tokens: int | None = None,
 ) -> CapacityPlan:
     """Blocks, KV tokens and maximum concurrency as vLLM computes them.
 
     Give the KV pool directly (available_kv_gib), or a GPU (catalogue name, or its memory
     in GiB) with gpu_memory_utilization: pool = total x utilization - weights/tp - overhead.
+    max_num_batched_tokens (it sizes a sliding-window layer's blocks): None takes vLLM's default for the card
+    (vllm_batch_defaults; 2,048 when no card is given).
     """
     from .catalogs import gpu_spec
 
@@ -296,7 +320,6 @@ def plan_capacity(
     block_size = positive_int("block_size", block_size, maximum=65_536)
     tp = check_tp(spec, tp)
     dt = dtype(kv_dtype)
-    max_num_batched_tokens = positive_int("max_num_batched_tokens", max_num_batched_tokens, maximum=10_000_000)
     page_bytes = block_size * kv_bytes_per_token_per_layer(spec, dt, tp)
     extra: dict = {}
     if available_kv_gib is not None:
@@ -311,6 +334,8 @@ def plan_capacity(
             raise BadInput("capacity", "no memory given", "allowed: --available-kv-gib X, or --gpu NAME")
         util = fraction("gpu_memory_utilization", gpu_memory_utilization)
         total = int(total_gib * GIB)
+        if max_num_batched_tokens is None:
+            max_num_batched_tokens = vllm_batch_defaults(total, str(extra["gpu"]))["max_num_batched_tokens"]
         requested = math.ceil(total * util)
         if weight_gib is not None:
             weights = int(positive_number("weight_gib", weight_gib) * GIB) // tp
@@ -332,6 +357,9 @@ def plan_capacity(
                 f"weights ({weights / GIB:.2f} GiB per rank) + overhead ({overhead / GIB:.2f} GiB) "
                 f"exceed what vLLM may use ({requested / GIB:.2f} GiB): no room for KV blocks"
             )
+    max_num_batched_tokens = positive_int(
+        "max_num_batched_tokens", max_num_batched_tokens if max_num_batched_tokens is not None else 2048, maximum=10_000_000
+    )
     full_blocks = -(-max_model_len // block_size)
     sliding = bool(spec.num_sliding_layers) and bool(spec.num_full_layers)
     if sliding:
@@ -368,6 +396,7 @@ def plan_capacity(
         blocks_per_request=blocks_per_request,
         max_concurrency=round(max_concurrency, 4),
         fits_one_request=fits,
+        max_num_batched_tokens=max_num_batched_tokens,
         **extra,
     )
 

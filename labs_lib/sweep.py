@@ -39,6 +39,7 @@ from .engines.metrics import delta, scrape
 from .errors import BadInput, LabsError, ResultsNotSaved, positive_int, positive_number, read_user_file, writable_path
 from .gpu import read_gpus
 from .load import SLO, run_load, summarize, warm_up
+from .paths import DATA_DIR
 from .prompts import PromptFactory
 from .timing import RequestSpec
 
@@ -449,3 +450,15 @@ def dry_run(grid: Grid) -> list[str]:
         cmd, warning = engine_class(grid.engine).command_for(EngineConfig(**cfg))
         lines.append(f"{cmd}   # {n} point(s)" + (f"   # {warning}" if warning else ""))
     return lines
+
+
+def grid_configs(kind: str) -> list[tuple[str, EngineConfig]]:
+    """(grid file, configuration) for every configuration of every grid in data/grids/ that engine `kind` runs,
+    quick and full; not the articles' own grids (article_*.yaml), whose removed flags lab 03 reports."""
+    found = []
+    for path in sorted(p for p in (DATA_DIR / "grids").glob("*.yaml") if not p.name.startswith("article_")):
+        for quick in (False, True):
+            grid = load_grid(path, quick=quick)
+            if grid.engine == kind:
+                found += [(path.name, EngineConfig(**cfg)) for cfg in grid.configs()]
+    return found

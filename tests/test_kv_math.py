@@ -217,3 +217,26 @@ def test_llamacpp_layout_padding_and_swa_full():
     assert full_swa.caches[1].cells == 8192
     small_ubatch = llamacpp_layout("gemma-3-270m", 8192, 1, ubatch=128)
     assert small_ubatch.caches[1].cells == 768  # 512 + 128 padded to 256
+
+
+def test_the_planner_takes_vllms_step_budget_for_the_card():
+    """vLLM 0.33's API server defaults max_num_batched_tokens by card (EngineArgs.get_batch_defaults): 8,192 on
+    H100/H200, 16,384 from 160 GiB, 2,048 on an A100 or a smaller card. The planner assumed 2,048 everywhere,
+    which on a sliding-window model under-counts the window's blocks and over-counts concurrency on an H100."""
+    from labs_lib.kv_math import vllm_batch_defaults
+
+    gib = 2**30
+    assert vllm_batch_defaults(int(79.65 * gib), "NVIDIA H100 80GB HBM3")["max_num_batched_tokens"] == 8192
+    assert vllm_batch_defaults(int(140.4 * gib), "H200") == {**vllm_batch_defaults(int(80 * gib), "H100-SXM")}
+    assert vllm_batch_defaults(int(80 * gib), "A100-80GB")["max_num_batched_tokens"] == 2048  # vLLM PR #17885
+    assert vllm_batch_defaults(180 * gib, "NVIDIA B200")["max_num_seqs"] == 1024
+    assert vllm_batch_defaults(180 * gib, "NVIDIA B200")["max_num_batched_tokens"] == 16384
+    assert vllm_batch_defaults(22 * gib, "L4")["max_num_seqs"] == 256
+    assert vllm_batch_defaults(0, on_cpu=True, world_size=2)["max_num_batched_tokens"] == 4096
+
+    h100 = plan_capacity("gemma-3-27b", 32768, gpu="H100-SXM")
+    as_before = plan_capacity("gemma-3-27b", 32768, gpu="H100-SXM", max_num_batched_tokens=2048)
+    assert h100.max_num_batched_tokens == 8192 and as_before.max_num_batched_tokens == 2048
+    assert h100.blocks_per_request > as_before.blocks_per_request and h100.max_concurrency < as_before.max_concurrency
+    assert plan_capacity("gemma-3-27b", 32768, gpu="A100-80GB").max_num_batched_tokens == 2048
+    assert plan_capacity("llama-3.1-8b", 8192, available_kv_gib=4).max_num_batched_tokens == 2048  # no card: vLLM's small default

@@ -60,21 +60,10 @@ def test_flags_come_from_the_real_help():
 
 
 def test_every_flag_the_adapter_emits_exists_in_vllm_0_33():
-    config = EngineConfig(
-        model="Qwen/Qwen2.5-7B-Instruct",
-        served_model_name="q",
-        max_model_len=8192,
-        gpu_memory_utilization=0.85,
-        parallel=64,
-        batch_tokens=4096,
-        prompt_cache=False,
-        chunked_prefill=True,
-        kv_cache_dtype="fp8",
-        attention_backend="FLASHINFER",
-        quantization="awq",
-        block_size=32,
-        tensor_parallel_size=2,
-        enforce_eager=True,
+    from labs_lib.engines.vllm import EVERY_FIELD
+
+    config = EVERY_FIELD.with_(
+        model="Qwen/Qwen2.5-7B-Instruct", parallel=64, chunked_prefill=True, attention_backend="FLASHINFER"
     )
     args = serve_args(config, 8123)
     assert unknown_flags(args, parse_help_flags(HELP)) == []
@@ -82,6 +71,17 @@ def test_every_flag_the_adapter_emits_exists_in_vllm_0_33():
     pairs = dict(itertools.pairwise(args))
     assert pairs["--port"] == "8123" and pairs["--max-num-seqs"] == "64" and pairs["--kv-cache-dtype"] == "fp8"
     assert "--no-enable-prefix-caching" in args and "--enable-chunked-prefill" in args and "--enforce-eager" in args
+
+
+def test_every_flag_the_labs_emit_exists_in_vllm_0_33():
+    """Every grid's configurations and every EngineConfig field (what bench/gpu_install_check.sh checks against
+    the GPU set's own vLLM), against vLLM 0.33.0's recorded help."""
+    from labs_lib.engines.vllm import emitted_flags
+    from labs_lib.sweep import grid_configs
+
+    flags = emitted_flags(grid_configs("vllm"))
+    assert {"--kv-cache-dtype", "--quantization", "--attention-backend", "--no-enable-prefix-caching"} <= set(flags)
+    assert unknown_flags(list(flags), parse_help_flags(HELP)) == []
 
 
 def test_parallel_one_is_max_num_seqs_one_and_none_is_vllms_default():
@@ -318,3 +318,22 @@ def test_lab04_gpu_models_take_a_family_or_a_list():
     assert "about 26.4 GB" in note and "Qwen/Qwen2.5-7B-Instruct-AWQ" in note
     with pytest.raises(BadInput, match=r"allowed: shipped, qwen2\.5-7b"):
         lab04(gpu_models="llama-70b", **common)
+
+
+def test_labs_share_one_gpu_and_a_full_card_says_who_holds_it():
+    """On a GPU each lab's engine reserved vLLM's default 0.92 of the card, so the next lab's could not start
+    ("Free memory on device …"). The shipped model now takes a few GiB; a start that vLLM's own check would
+    refuse is refused first, in one line naming the process that holds the card. Fake NVML readings (no GPU here)."""
+    from labs_lib.engines.vllm import SHIPPED_GPU_BUDGET_GIB, gpu_shortfall, shared_gpu_utilization
+    from labs_lib.gpu import GPUProcess, GPUReading
+
+    gib = 2**30
+    h100 = int(79.65 * gib)
+    util = shared_gpu_utilization(h100)
+    assert util * h100 == pytest.approx(SHIPPED_GPU_BUDGET_GIB * gib, rel=0.01) and util < 0.15
+    assert shared_gpu_utilization(4 * gib) == 0.92  # a small card: vLLM's own default, never more
+    first_lab = GPUProcess(4242, "python -m vllm.entrypoints.openai.api_server --model …", int(70 * gib))
+    busy = GPUReading(0, "NVIDIA H100 80GB HBM3", h100, int(70 * gib), h100 - int(70 * gib), 0.0)
+    assert gpu_shortfall(util, busy, [first_lab]) is None  # lab 02's engine holds 70 GiB; lab 03's still fits
+    line = gpu_shortfall(0.92, busy, [first_lab])
+    assert line and "\n" not in line and "PID 4242" in line and "73.3 GiB" in line and "Shut Down" in line, line

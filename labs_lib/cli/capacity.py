@@ -21,7 +21,10 @@ def add_parser(sub) -> None:
     p.add_argument("--weight-dtype", default="bf16", help="format of the weights (default bf16)")
     p.add_argument("--weight-gib", help="weights in GiB, instead of params x weight dtype")
     p.add_argument("--overhead-gib", default=2.0, help="activations + non-torch + CUDA graphs (default 2.0, an estimate)")
-    p.add_argument("--max-num-batched-tokens", default=2048, help="for sliding-window layers (default 2048)")
+    p.add_argument(
+        "--max-num-batched-tokens",
+        help="the step budget, which sizes sliding-window layers (default: vLLM's for the card: 8192 on H100/H200, 16384 from 160 GiB, else 2048)",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
 
@@ -47,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
         print_json(plan.to_dict())
         return 0
     rows = [("model", plan.model), ("KV dtype / block size / tp", f"{plan.kv_dtype} / {plan.block_size} / {plan.tp}")]
+    rows.append(("max_num_batched_tokens", f"{plan.max_num_batched_tokens:,} (sizes sliding-window layers' blocks)"))
     if plan.gpu:
         rows += [
             (

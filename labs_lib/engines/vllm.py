@@ -6,6 +6,7 @@ vLLM is not installed, those of vLLM 0.33.0 (data/vllm_serve_flags_0.33.0.txt, f
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shlex
@@ -18,7 +19,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from ..errors import BadInput, LabsError
+from ..errors import BadInput, EngineError, LabsError
+from ..gpu import GPUProcess, GPUReading, gpu_processes, read_gpus
 from ..keys import read_key
 from ..paths import DATA_DIR, REPO_DIR, cache_dir
 from ..quality import TOP_K, Scores
@@ -187,6 +189,43 @@ def unknown_flags(args: list[str], flags: frozenset[str] | None = None) -> list[
     return [a.split("=")[0] for a in args if a.startswith("--") and a.split("=")[0] not in flags]
 
 
+# an EngineConfig with every field serve_args reads set
+EVERY_FIELD = EngineConfig(
+    model="org/model",
+    served_model_name="m",
+    max_model_len=4096,
+    gpu_memory_utilization=0.5,
+    kv_cache_gib=1,
+    parallel=8,
+    batch_tokens=2048,
+    prompt_cache=False,
+    chunked_prefill=False,
+    kv_cache_dtype="fp8",
+    attention_backend="FLASH_ATTN",
+    quantization="fp8",
+    dtype="bfloat16",
+    block_size=16,
+    tensor_parallel_size=1,
+    enforce_eager=True,
+)
+
+
+def emitted_flags(configs: list[tuple[str, EngineConfig]]) -> dict[str, str]:
+    """Every `vllm serve` flag these (origin, configuration) pairs emit, and EVERY_FIELD with each on/off flag
+    both ways -> where the flag first came from. With sweep.grid_configs("vllm"): every flag the labs emit."""
+    configs = [
+        ("EngineConfig (every field)", EVERY_FIELD),
+        ("EngineConfig (on, not off)", EVERY_FIELD.with_(prompt_cache=True, chunked_prefill=True)),
+        *configs,
+    ]
+    found: dict[str, str] = {}
+    for origin, config in configs:
+        for arg in serve_args(config.validated()):
+            if arg.startswith("--"):
+                found.setdefault(arg.split("=")[0], origin)
+    return found
+
+
 def command_line(config: EngineConfig, port: int | None = None) -> str:
     """The shell command a user would type (the key travels as VLLM_API_KEY, never on the line)."""
     prefix = f"VLLM_API_KEY=${config.api_key_env} " if config.api_key_env else ""
@@ -209,6 +248,45 @@ def scores_from_prompt_logprobs(prompt_logprobs: list[dict | None], token_ids: l
         top1.append(int(ranked[0]))
         tops.append({int(k): options[k]["logprob"] for k in ranked if (options[k].get("rank") or 1e9) <= TOP_K})
     return Scores(scored, np.array(logprobs), top1, tops)
+
+
+# ---------------------------------------------------------------- one GPU, several labs
+
+# The shipped 270M model on a GPU: 0.5 GiB of bf16 weights, activations, CUDA graphs and a KV pool of a few GiB.
+# vLLM's default utilization (0.92) would reserve the whole card for it, and the next lab's engine could not start.
+SHIPPED_GPU_BUDGET_GIB = 8.0
+
+
+def shared_gpu_utilization(total_bytes: int) -> float:
+    """gpu_memory_utilization for the shipped model on a card of total_bytes: SHIPPED_GPU_BUDGET_GIB of it
+    (at most vLLM's 0.92), so that engines of several labs fit on one GPU."""
+    return round(min(0.92, SHIPPED_GPU_BUDGET_GIB * 2**30 / total_bytes), 3)
+
+
+def gpu_shortfall(utilization: float, card: GPUReading, holders: list[GPUProcess]) -> str | None:
+    """One line when vLLM's start-up check would fail (vllm/v1/worker/utils.py request_memory: free memory at
+    start must be at least total x gpu_memory_utilization, kv_cache_memory_bytes or not), naming the processes
+    that hold the card and how to free it; None when it fits."""
+    asked = math.ceil(card.memory_total_bytes * utilization)
+    if card.memory_free_bytes >= asked:
+        return None
+    held = sorted(holders, key=lambda p: -(p.memory_used_bytes or 0))
+    who = (
+        "; held by "
+        + ", ".join(
+            f"PID {p.pid}"
+            + (f" ({p.name})" if p.name else "")
+            + (f" {p.memory_used_bytes / 2**30:.1f} GiB" if p.memory_used_bytes else "")
+            for p in held[:3]
+        )
+        if held
+        else ""
+    )
+    return (
+        f"vLLM would ask for {asked / 2**30:.1f} GiB of the {card.name} (gpu_memory_utilization {utilization} x "
+        f"{card.memory_total_bytes / 2**30:.1f} GiB) but {card.memory_free_bytes / 2**30:.1f} GiB is free{who}: stop "
+        "that engine (its notebook's Kernel -> Shut Down, or kill PID) or lower gpu_memory_utilization"
+    )
 
 
 # ---------------------------------------------------------------- start-up log
@@ -352,6 +430,8 @@ class VLLMEngine(Engine):
         install = self.install
         if not self.config.model:
             build_hf_model(install.python)
+        if install.device != "cpu":
+            self._share_the_gpu()
         # vLLM reads VLLM_API_KEY from its environment: only the key this configuration names may reach it
         key = read_key(self.config.api_key_env, required=True) if self.config.api_key_env else None
         env = {"PYTHONUNBUFFERED": "1", "VLLM_API_KEY": key}
@@ -360,6 +440,18 @@ class VLLMEngine(Engine):
         server = [install.python, "-m", "vllm.entrypoints.openai.api_server", "--model", args[1], *args[2:]]
         # the guard by its file: it needs nothing of labs_lib, and `-m` would import the package (and so the guard) first
         return [sys.executable, guard.__file__, "--", *server], env, None
+
+    def _share_the_gpu(self) -> None:
+        """Before a start on a GPU: the shipped model takes a small share of the card unless told otherwise, and a
+        card without room for what vLLM will ask refuses here, in one line naming who holds it."""
+        cards, _ = read_gpus()
+        if not cards:
+            return  # no NVML: vLLM's own check speaks
+        if not self.config.model and self.config.gpu_memory_utilization is None:
+            self.config = self.config.with_(gpu_memory_utilization=shared_gpu_utilization(cards[0].memory_total_bytes))
+        problem = gpu_shortfall(self.config.gpu_memory_utilization or 0.92, cards[0], gpu_processes(0))
+        if problem:
+            raise EngineError(problem)
 
     def start(self, timeout_s: float = 1800.0) -> VLLMEngine:
         return super().start(timeout_s)  # first starts download and compile: minutes

@@ -38,6 +38,13 @@ def starts_engine():
     fixtures, are marked `engine` at collection (and so left out of the fast tier)."""
 
 
+@pytest.fixture
+def vllm_installed():
+    """For a test that needs vLLM installed but starts nothing: it is marked `vllm` (out of the fast tier, which
+    CI runs before `make setup-vllm`), skipped without vLLM, failed in CI without it (require_vllm)."""
+    require_vllm()
+
+
 @pytest.fixture(scope="session")
 def starts_vllm(starts_engine):
     """Requested by every fixture that starts vLLM: its tests are marked `vllm` (and `engine`)."""
@@ -49,7 +56,7 @@ def pytest_collection_modifyitems(config, items):
         used = set(getattr(item, "fixturenames", ()))
         if "starts_engine" in used:
             item.add_marker(pytest.mark.engine)
-        if "starts_vllm" in used:
+        if "starts_vllm" in used or "vllm_installed" in used:
             item.add_marker(pytest.mark.vllm)
     if config.getoption("--fast-tier"):
         heavy = [item for item in items if any(mark in item.keywords for mark in HEAVY_MARKS)]

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import FIXTURES, assert_one_line_error, fake_key, require_vllm, run_cli
+from conftest import FIXTURES, assert_one_line_error, fake_key, run_cli
 
 from labs_lib.engines import EngineConfig
 from labs_lib.engines.metrics import delta, parse_metrics, token_counts
@@ -247,10 +247,9 @@ def test_cpu_kv_pool_is_its_own_flag():
     assert unknown_flags(args, parse_help_flags(HELP)) == []
 
 
-def test_a_vllm_api_key_in_the_environment_does_not_lock_an_engine_configured_without_one(monkeypatch):
+def test_a_vllm_api_key_in_the_environment_does_not_lock_an_engine_configured_without_one(monkeypatch, vllm_installed):
     """vLLM reads VLLM_API_KEY itself: a key exported for another server must not reach an engine whose
     configuration names none (found by lab 02's canary run: every request got 401)."""
-    require_vllm()
     monkeypatch.setenv("VLLM_API_KEY", fake_key("canary-"))
     _, env, _ = VLLMEngine(EngineConfig(model="Qwen/Qwen2.5-7B-Instruct"))._command()
     assert "VLLM_API_KEY" in env and env["VLLM_API_KEY"] is None  # removed from the child's environment

@@ -14,6 +14,7 @@ class GPUReading:
     memory_used_bytes: int
     memory_free_bytes: int
     utilization_pct: float | None
+    compute_capability: tuple[int, int] | None = None  # (major, minor): 8.0 A100, 8.9 L4/RTX 4090, 9.0 H100/H200
 
 
 def read_gpus() -> tuple[list[GPUReading], str | None]:
@@ -35,12 +36,13 @@ def read_gpus() -> tuple[list[GPUReading], str | None]:
                 util = float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
             except Exception:
                 util = None
+            try:
+                capability = tuple(int(v) for v in pynvml.nvmlDeviceGetCudaComputeCapability(handle))
+            except Exception:
+                capability = None
             name = pynvml.nvmlDeviceGetName(handle)
-            readings.append(
-                GPUReading(
-                    i, name.decode() if isinstance(name, bytes) else str(name), int(mem.total), int(mem.used), int(mem.free), util
-                )
-            )
+            name = name.decode() if isinstance(name, bytes) else str(name)
+            readings.append(GPUReading(i, name, int(mem.total), int(mem.used), int(mem.free), util, capability))
         return readings, None if readings else "no GPU: NVML found no devices"
     finally:
         with contextlib.suppress(Exception):

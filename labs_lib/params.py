@@ -141,6 +141,7 @@ def lab04(*, engine, variants, kv_dtypes, eval_tokens, gpu_models, quick, intera
     on_gpu = engine_class(kind).grid_family() == "gpu"
     p = SimpleNamespace(
         engine=kind,
+        weight_variants=engine_class(kind).builds_weight_variants,  # GGUF variants built here, or one checkpoint's configurations
         vllm_models=list(gpu_models) if on_gpu else [dict(m) for m in VLLM_CPU_MODELS],  # vLLM on CPU: the shipped model
         variants=names,
         kv_dtypes=[str(k).lower() for k in kv_dtypes],

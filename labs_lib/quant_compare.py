@@ -11,7 +11,6 @@ from .endpoints import endpoint_for
 from .engines import EngineConfig, make_engine
 from .errors import BadInput, LabsError
 from .gguf_meta import read_gguf_meta
-from .gpu import read_gpus
 from .load import prefill_tokens_per_s, run_load, warm_up
 from .prompts import PromptFactory, corpus_text
 from .quality import Scores, agreement, identical_prefix
@@ -79,7 +78,9 @@ class QuantSettings:
 async def measure_config(
     kind: str, config: EngineConfig, label: dict, settings: QuantSettings, *, progress: bool = False
 ) -> tuple[dict, Scores, list[int]]:
-    """Start one configuration; measure load, memory, KV, speed and quality; stop. Returns (row, scores, greedy ids)."""
+    """Start one configuration; measure load, memory, KV, speed and quality; stop. Returns (row, scores, greedy ids).
+    Memory: the process's RSS, and what the engine logs (on a GPU, where weights and KV pool live on the card
+    and RSS does not show them, vLLM's weights_MiB and kv_pool_MiB)."""
     text = corpus_text("eval.txt")
     with make_engine(kind, config) as engine:
         row = {
@@ -91,9 +92,6 @@ async def measure_config(
         kernels = engine.kernel_lines()
         if kernels:
             row["kernels"] = "; ".join(kernels)
-        gpus, _ = read_gpus()
-        if gpus:  # on a GPU the weights and KV pool live there, not in the process's resident memory
-            row["gpu_used_MiB"] = round(sum(g.memory_used_bytes for g in gpus) / 2**20, 1)
         bos, ids = engine.tokenize_text(text, settings.eval_tokens)
         scores = engine.score(bos, ids)
         greedy = engine.greedy(([bos] if bos is not None else []) + ids[:16], settings.greedy_tokens)

@@ -15,6 +15,7 @@ from conftest import REPO, assert_one_line_error, run_cli
 
 from labs_lib.errors import BadInput
 from labs_lib.load import run_blocking
+from labs_lib.paths import DATA_DIR
 from labs_lib.sweep import SCHEMA, load_grid, read_rows, run_sweep
 
 TINY = {
@@ -255,10 +256,20 @@ def test_cache_hit_table_keeps_the_load_level_so_off_and_on_compare_at_the_same_
 def test_a_quick_grid_may_leave_its_knob_to_the_full_run():
     """A grid's quick section can say why a quick run turns nothing (lab 03 prints it); the full run and the
     CLI's explicit --quick keep every configuration."""
-    from labs_lib.paths import DATA_DIR
-
     path = DATA_DIR / "grids" / "vllm_cpu_kv_dtype.yaml"
     quick, full = load_grid(path, quick=True), load_grid(path)
     assert "quick=False turns it here too" in quick.skipped and full.skipped == ""
     assert len(quick.configs()) == len(full.configs()) == 2  # what is skipped is still a valid grid
     assert load_grid(DATA_DIR / "grids" / "vllm_cpu_kv_pool.yaml", quick=True).skipped == ""
+
+
+def test_every_vllm_grid_sends_load_so_its_preemptions_are_measured():
+    """vLLM's pool rows report vllm:num_preemptions (engines.vllm.kv_pool_row); the GPU pool grid sent no load,
+    and lab 03 printed "preempted 0 times" for a counter never read. Quick and full, CPU and GPU."""
+    from labs_lib.sweep import grid_configs
+
+    grids = {name for name, _ in grid_configs("vllm")}
+    assert "gpu_kv_pool.yaml" in grids and "vllm_cpu_kv_pool.yaml" in grids
+    for name in grids:
+        for quick in (False, True):
+            assert load_grid(DATA_DIR / "grids" / name, quick=quick).workloads, (name, quick)

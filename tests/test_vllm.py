@@ -336,3 +336,37 @@ def test_labs_share_one_gpu_and_a_full_card_says_who_holds_it():
     assert gpu_shortfall(util, busy, [first_lab]) is None  # lab 02's engine holds 70 GiB; lab 03's still fits
     line = gpu_shortfall(0.92, busy, [first_lab])
     assert line and "\n" not in line and "PID 4242" in line and "73.3 GiB" in line and "Shut Down" in line, line
+
+
+@pytest.mark.parametrize(
+    "log,weights_mib,kv_mib",
+    [("startup_v1_pr12569.log", 69348.2, None), ("startup_v1_twoline_lmcache1739.log", None, 6666.2)],
+)
+def test_on_a_gpu_lab04_memory_is_what_vllm_logs(log, weights_mib, kv_mib):
+    """On a GPU the weights and the KV pool live on the card, so lab 04 measured the host RSS of the vLLM
+    process (or NVML's whole-card figure, other processes included). It now takes what vLLM logs; recorded real
+    GPU start-up logs (tests/fixtures/vllm/README.md gives each one's source) stand in for a GPU here."""
+    from labs_lib.engines.vllm import VLLMEngine, parse_startup_log
+
+    engine = VLLMEngine(EngineConfig(model="org/model"), check_flags=False)
+    engine.allocation = parse_startup_log((FIXTURES / "vllm" / log).read_text())
+    summary = engine.allocation_summary()
+    assert summary.get("weights_MiB") == weights_mib and summary.get("kv_pool_MiB") == kv_mib, summary
+
+
+def test_a_backend_and_kv_dtype_the_card_cannot_run_is_refused_with_the_reason():
+    """gpu_tuning.yaml's last step (FLASH_ATTN with an fp8 KV cache) cannot start on an L4 or an A100 (vLLM 0.33
+    runs fp8 KV in FlashAttention only on Hopper and Blackwell): the reason, before a minute is spent starting."""
+    from labs_lib.engines.vllm import unsupported_on_card
+    from labs_lib.sweep import load_grid
+
+    last = EngineConfig(**load_grid("data/grids/gpu_tuning.yaml").configs()[-1])
+    assert last.attention_backend == "FLASH_ATTN" and last.kv_cache_dtype == "fp8"
+    why = unsupported_on_card(last, (8, 9))  # L4, RTX 4090
+    assert why and "Hopper" in why and "8.9" in why and "FLASHINFER" in why
+    assert unsupported_on_card(last, (8, 0))  # A100
+    assert unsupported_on_card(last, (9, 0)) is None and unsupported_on_card(last, (10, 0)) is None  # H100/H200, B200
+    assert unsupported_on_card(last.with_(attention_backend="FLASHINFER"), (8, 9)) is None
+    assert unsupported_on_card(last.with_(kv_cache_dtype="auto"), (8, 9)) is None
+    assert "8.0 or newer" in unsupported_on_card(last.with_(kv_cache_dtype="auto"), (7, 5))  # T4
+    assert unsupported_on_card(last, None) is None  # no NVML reading: vLLM's own check speaks

@@ -131,6 +131,9 @@ class Engine:
     health_path = "/health"
     counters: TokenCounters  # the engine's /metrics token counters
     uncached_body: ClassVar[dict] = {}  # request fields that make the engine compute the prompt (no prompt-cache hit)
+    # lab 04's comparison: True, weight variants of the shipped GGUF built here (labs_lib.quant) and served one by
+    # one; False, configurations of one checkpoint the engine quantizes itself (dtype, online quantization, KV dtype)
+    builds_weight_variants: ClassVar[bool] = False
 
     def __init__(self, config: EngineConfig | None = None):
         self.config = (config or EngineConfig()).validated()

@@ -124,6 +124,7 @@ class LlamaCppEngine(Engine):
     """llama.cpp's OpenAI-compatible server on CPU. The configuration's vocabulary maps onto CommonParams."""
 
     kind = "llamacpp"
+    builds_weight_variants = True
     counters = TokenCounters(
         "llamacpp:prompt_tokens_total", "llamacpp:prompt_tokens_cached_total", "llamacpp:tokens_predicted_total", False
     )

@@ -289,6 +289,25 @@ def gpu_shortfall(utilization: float, card: GPUReading, holders: list[GPUProcess
     )
 
 
+def unsupported_on_card(config: EngineConfig, capability: tuple[int, int] | None) -> str | None:
+    """Why a card of this compute capability cannot run the configuration's attention backend with its KV dtype,
+    or None. vLLM 0.33: FLASH_ATTN needs 8.0 or newer (flash_attn.py, supports_compute_capability), and an fp8
+    KV cache only with FlashAttention 3 on Hopper (9.x) or 4 on Blackwell (10.x) (fa_utils.py,
+    flash_attn_supports_kv_cache_dtype); other cards must pick another backend (FLASHINFER, TRITON_ATTN)."""
+    backend = config.attention_backend or ("FLASH_ATTN" if config.flash_attention else None)
+    if backend != "FLASH_ATTN" or capability is None:
+        return None
+    card = f"compute capability {capability[0]}.{capability[1]}"
+    if capability < (8, 0):
+        return f"FLASH_ATTN needs compute capability 8.0 or newer; this card has {card}"
+    if vllm_kv_dtype(config.kv_cache_dtype).startswith("fp8") and capability[0] not in (9, 10):
+        return (
+            f"FLASH_ATTN with an fp8 KV cache needs Hopper (9.x, FlashAttention 3) or Blackwell (10.x, FlashAttention 4); "
+            f"this card has {card}: use --attention-backend FLASHINFER or TRITON_ATTN"
+        )
+    return None
+
+
 # ---------------------------------------------------------------- start-up log
 
 _NUM = r"([\d,]+)"
@@ -431,7 +450,7 @@ class VLLMEngine(Engine):
         if not self.config.model:
             build_hf_model(install.python)
         if install.device != "cpu":
-            self._share_the_gpu()
+            self._check_the_card()
         # vLLM reads VLLM_API_KEY from its environment: only the key this configuration names may reach it
         key = read_key(self.config.api_key_env, required=True) if self.config.api_key_env else None
         env = {"PYTHONUNBUFFERED": "1", "VLLM_API_KEY": key}
@@ -441,12 +460,16 @@ class VLLMEngine(Engine):
         # the guard by its file: it needs nothing of labs_lib, and `-m` would import the package (and so the guard) first
         return [sys.executable, guard.__file__, "--", *server], env, None
 
-    def _share_the_gpu(self) -> None:
-        """Before a start on a GPU: the shipped model takes a small share of the card unless told otherwise, and a
-        card without room for what vLLM will ask refuses here, in one line naming who holds it."""
+    def _check_the_card(self) -> None:
+        """Before a start on a GPU: a backend/KV dtype the card cannot run, or a card without room for what vLLM
+        will ask, refuses here in one line (a sweep or lab 04 records it as the configuration's row, and no minute
+        is spent starting); the shipped model takes a small share of the card unless told otherwise."""
         cards, _ = read_gpus()
         if not cards:
-            return  # no NVML: vLLM's own check speaks
+            return  # no NVML: vLLM's own checks speak
+        cannot = unsupported_on_card(self.config, cards[0].compute_capability)
+        if cannot:
+            raise EngineError(cannot)
         if not self.config.model and self.config.gpu_memory_utilization is None:
             self.config = self.config.with_(gpu_memory_utilization=shared_gpu_utilization(cards[0].memory_total_bytes))
         problem = gpu_shortfall(self.config.gpu_memory_utilization or 0.92, cards[0], gpu_processes(0))
@@ -520,8 +543,17 @@ class VLLMEngine(Engine):
         return self.install.device
 
     def allocation_summary(self) -> dict:
+        """KV tokens and concurrency; on a GPU also what vLLM logs its weights and KV pool take of the card
+        ("Model loading took X GiB", "Available KV cache memory: Y GiB"), which the process's RSS does not show."""
         a = self.allocation
-        return {"kv_cache_tokens": a.kv_cache_tokens, "max_concurrency": a.max_concurrency} if a else {}
+        if not a:
+            return {}
+        summary = {"kv_cache_tokens": a.kv_cache_tokens, "max_concurrency": a.max_concurrency}
+        if a.weights_gib is not None:
+            summary["weights_MiB"] = round(a.weights_gib * 1024, 1)
+        if a.available_kv_gib is not None:
+            summary["kv_pool_MiB"] = round(a.available_kv_gib * 1024, 1)
+        return summary
 
     def _post(self, path: str, body: dict, timeout_s: float = 600.0) -> dict:
         resp = httpx.post(self.root_url + path, json=body, headers=self.headers(), timeout=timeout_s, trust_env=False)

@@ -57,7 +57,7 @@ browser:
 	  else echo "chromium is missing: sudo apt-get install chromium (tests/test_browser.py needs it)"; fi; }
 
 test: setup setup-vllm browser
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest --durations=20 $(PYTEST_ARGS)
 
 # Unit and CLI tests only (about a minute): a test that starts an engine, a notebook, vLLM or a browser is
 # marked from the fixtures it uses and left out, and one that starts an engine anyway fails (tests/conftest.py).

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# GPU smoke check (bench/gpu_smoke.py): run from the repository root on a machine with an NVIDIA GPU and
-# PyTorch; under 5 minutes. Makes the labs' venv with the system's PyTorch visible (no network needed
-# when the packages are already installed), then runs the checks.
+# The GPU device check (bench/gpu_smoke.py), each tier under 8 minutes, one line per check, then PASS or FAIL.
+#   bench/gpu_smoke.sh            tier 1, a bare GPU image: its own python (PyTorch, transformers, numpy), no venv,
+#                                 no install, no network; the project runs from here with PYTHONPATH=.
+#   bench/gpu_smoke.sh vllm       tier 2, a GPU instance after `make setup-gpu`: .venv's vLLM serves the shipped model
+#   bench/gpu_smoke.sh vllm --labs  tier 2 and labs 01-05 quick on vLLM
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
-if [ ! -x .venv/bin/python ]; then
-  "$PY" -m venv --system-site-packages .venv
-  .venv/bin/python -m pip install -q -c constraints.txt -r requirements.txt -e . || true
+if [ "${1:-bare}" = vllm ]; then
+  shift
+  exec .venv/bin/python bench/gpu_smoke.py --tier vllm "$@"
 fi
-exec .venv/bin/python bench/gpu_smoke.py "$@"
+[ "${1:-}" = bare ] && shift
+PYTHONPATH=. exec "${PYTHON:-python3}" bench/gpu_smoke.py --tier bare "$@"

@@ -6,8 +6,6 @@ import json
 import re
 from functools import cache
 
-import pandas as pd
-
 from .errors import BadInput
 from .paths import DATA_DIR
 
@@ -32,7 +30,10 @@ def gpu_spec(name: str) -> dict:
     raise BadInput("gpu", name, "allowed: " + ", ".join(data["gpus"]))
 
 
-def gpu_table() -> pd.DataFrame:
+def gpu_table():
+    """The catalogue as a pandas DataFrame indexed by name (pandas imported here: a bare GPU image may lack it)."""
+    import pandas as pd
+
     return pd.DataFrame([gpu_spec(n) for n in gpu_names()]).set_index("name")
 
 

@@ -65,8 +65,7 @@ def test_gpu_smoke_check_says_when_there_is_no_gpu():
     done = bench("gpu_smoke")
     assert done.returncode == 0, done.stderr
     assert "no GPU" in done.stdout and "nothing to check without a GPU" in done.stdout
-    sys.path.insert(0, str(REPO / "bench"))
-    from gpu_smoke import catalogue_name  # the name matching it will need on a GPU instance
+    from labs_lib.catalogs import catalogue_name  # the name matching it will need on a GPU instance
 
     assert catalogue_name("NVIDIA H200") == "H200" and catalogue_name("NVIDIA A100-SXM4-80GB") == "A100-80GB"
     assert catalogue_name("NVIDIA L40S") == "L40S" and catalogue_name("NVIDIA L4") == "L4"

@@ -334,8 +334,6 @@ def plan_capacity(
             raise BadInput("capacity", "no memory given", "allowed: --available-kv-gib X, or --gpu NAME")
         util = fraction("gpu_memory_utilization", gpu_memory_utilization)
         total = int(total_gib * GIB)
-        if max_num_batched_tokens is None:
-            max_num_batched_tokens = vllm_batch_defaults(total, str(extra["gpu"]))["max_num_batched_tokens"]
         requested = math.ceil(total * util)
         if weight_gib is not None:
             weights = int(positive_number("weight_gib", weight_gib) * GIB) // tp
@@ -357,9 +355,11 @@ def plan_capacity(
                 f"weights ({weights / GIB:.2f} GiB per rank) + overhead ({overhead / GIB:.2f} GiB) "
                 f"exceed what vLLM may use ({requested / GIB:.2f} GiB): no room for KV blocks"
             )
-    max_num_batched_tokens = positive_int(
-        "max_num_batched_tokens", max_num_batched_tokens if max_num_batched_tokens is not None else 2048, maximum=10_000_000
-    )
+    if max_num_batched_tokens is None:  # vLLM's default for the card; with no card given, its small-card 2,048
+        max_num_batched_tokens = vllm_batch_defaults(extra.get("gpu_memory_bytes", 0), str(extra.get("gpu", "")))[
+            "max_num_batched_tokens"
+        ]
+    max_num_batched_tokens = positive_int("max_num_batched_tokens", max_num_batched_tokens, maximum=10_000_000)
     full_blocks = -(-max_model_len // block_size)
     sliding = bool(spec.num_sliding_layers) and bool(spec.num_full_layers)
     if sliding:

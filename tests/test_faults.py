@@ -69,6 +69,17 @@ async def cancel_both(*tasks: asyncio.Task) -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
+def cut_two_and_refused_four(result) -> None:
+    """What killed_mid_stream's run must show on any engine: six records, two cut mid-stream, four never served."""
+    accounted(result, 6)
+    cut = [r for r in result.records if not r.ok and r.chunks > 0]
+    never = [r for r in result.records if not r.ok and r.chunks == 0]
+    assert len(cut) == 2, [r.error for r in result.records]  # the two in flight: tokens received, then the cut
+    assert all(r.tokens_estimated and r.text for r in cut)  # what arrived is kept and marked as counted by the client
+    # the rest never got a token: refused (not yet connected) or dropped (connected, queued in the server) when it died
+    assert len(never) == 4 and all(r.error.startswith(TRANSPORT) for r in never), [r.error for r in never]
+
+
 def killed_mid_stream(engine, decoding, max_tokens: int):
     """Six streams of `max_tokens`, two at a time; once `decoding(engine)` reports two decoding, the engine's
     whole process group is killed (SIGKILL). Returns the run."""
@@ -95,13 +106,7 @@ def test_engine_killed_mid_stream():
         result = killed_mid_stream(engine, both_slots_decoding, max_tokens=400)
     finally:
         engine.stop()
-    accounted(result, 6)
-    cut = [r for r in result.records if not r.ok and r.chunks > 0]
-    never = [r for r in result.records if not r.ok and r.chunks == 0]
-    assert len(cut) == 2, [r.error for r in result.records]  # the two in flight: tokens received, then the cut
-    assert all(r.tokens_estimated and r.text for r in cut)  # what arrived is kept and marked as counted by the client
-    # the rest never got a token: refused (not yet connected) or dropped (connected, queued in the server) when it died
-    assert len(never) == 4 and all(r.error.startswith(TRANSPORT) for r in never), [r.error for r in never]
+    cut_two_and_refused_four(result)
 
 
 def test_connection_cut_before_the_usage_chunk():

@@ -19,7 +19,7 @@ import numpy as np
 import psutil
 import pytest
 from conftest import as_from_a_terminal, require_vllm
-from test_faults import TRANSPORT, accounted, frozen_mid_stream, killed_mid_stream, specs
+from test_faults import accounted, cut_two_and_refused_four, frozen_mid_stream, killed_mid_stream, specs
 
 from labs_lib.endpoints import endpoint_for
 from labs_lib.engines import EngineConfig, make_engine
@@ -209,9 +209,4 @@ def test_engine_killed_mid_stream():
         result = killed_mid_stream(engine, both_sequences_decoding, max_tokens=300)
     finally:
         engine.stop()
-    accounted(result, 6)
-    cut = [r for r in result.records if not r.ok and r.chunks > 0]
-    never = [r for r in result.records if not r.ok and r.chunks == 0]
-    assert len(cut) == 2, [r.error for r in result.records]
-    assert all(r.tokens_estimated and r.text for r in cut)
-    assert len(never) == 4 and all(r.error.startswith(TRANSPORT) for r in never), [r.error for r in never]
+    cut_two_and_refused_four(result)

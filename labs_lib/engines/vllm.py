@@ -135,6 +135,11 @@ def vllm_kv_dtype(name: str) -> str:
     return key
 
 
+def attention_backend(config: EngineConfig) -> str | None:
+    """The --attention-backend a configuration asks for: its own, FLASH_ATTN for flash_attention=True, else vLLM's pick."""
+    return config.attention_backend or ("FLASH_ATTN" if config.flash_attention else None)
+
+
 def serve_args(config: EngineConfig, port: int | None = None) -> list[str]:
     """`vllm serve` arguments for a configuration (real flag names of current vLLM)."""
     found = find_vllm()
@@ -171,8 +176,7 @@ def serve_args(config: EngineConfig, port: int | None = None) -> list[str]:
     kv = vllm_kv_dtype(config.kv_cache_dtype)
     if kv != "auto":
         add("--kv-cache-dtype", kv)
-    backend = config.attention_backend or ("FLASH_ATTN" if config.flash_attention else None)
-    add("--attention-backend", backend)
+    add("--attention-backend", attention_backend(config))
     add("--quantization", config.quantization)
     add("--dtype", config.dtype)
     add("--block-size", config.block_size)
@@ -294,8 +298,7 @@ def unsupported_on_card(config: EngineConfig, capability: tuple[int, int] | None
     or None. vLLM 0.33: FLASH_ATTN needs 8.0 or newer (flash_attn.py, supports_compute_capability), and an fp8
     KV cache only with FlashAttention 3 on Hopper (9.x) or 4 on Blackwell (10.x) (fa_utils.py,
     flash_attn_supports_kv_cache_dtype); other cards must pick another backend (FLASHINFER, TRITON_ATTN)."""
-    backend = config.attention_backend or ("FLASH_ATTN" if config.flash_attention else None)
-    if backend != "FLASH_ATTN" or capability is None:
+    if attention_backend(config) != "FLASH_ATTN" or capability is None:
         return None
     card = f"compute capability {capability[0]}.{capability[1]}"
     if capability < (8, 0):

@@ -56,8 +56,16 @@ browser:
 	    apt-get install -y -q chromium >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }; \
 	  else echo "chromium is missing: sudo apt-get install chromium (tests/test_browser.py needs it)"; fi; }
 
-test: setup setup-vllm browser
-	$(PY) -m pytest --durations=20 $(PYTEST_ARGS)
+# Two halves that never repeat a test: the fast tier first (a typo fails within minutes) while vLLM and the
+# browser install beside it (runs/setup-engines.log; the fast half runs as if vLLM were absent, as it is until
+# that install ends), then every test that starts an engine, a notebook, vLLM or a browser.
+test: setup
+	@mkdir -p runs; setsid -w $(MAKE) --no-print-directory setup-vllm browser > runs/setup-engines.log 2>&1 & installing=$$!; \
+	LABS_VLLM_PYTHON=absent $(PY) -m pytest --fast-tier $(PYTEST_ARGS) || { \
+	  kill -- -$$installing 2>/dev/null; echo "make test: the fast tier failed, so the engine tier did not run"; exit 1; }; \
+	wait $$installing || { tail -n 30 runs/setup-engines.log; echo "make test: make setup-vllm browser failed (runs/setup-engines.log)"; exit 1; }; \
+	cat runs/setup-engines.log; \
+	$(PY) -m pytest --engine-tier --durations=20 $(PYTEST_ARGS)
 
 # Unit and CLI tests only (about a minute): a test that starts an engine, a notebook, vLLM or a browser is
 # marked from the fixtures it uses and left out, and one that starts an engine anyway fails (tests/conftest.py).

@@ -121,7 +121,7 @@ def lab03(*, engine, model, slo_ttft_ms, slo_tpot_ms, resume, quick, interactive
 
 def lab04(*, engine, variants, kv_dtypes, eval_tokens, gpu_models, quick, interactive) -> SimpleNamespace:
     from .quant import ORIGINAL, VARIANTS, check_variant
-    from .quant_compare import GPU_MODEL_FAMILIES, KV_DTYPES, VLLM_CPU_MODELS
+    from .quant_compare import GPU_MODEL_FAMILIES, KV_DTYPES, VLLM_CPU_MODELS, VLLM_CPU_QUICK_MODELS
 
     if not isinstance(variants, (list, tuple)) or not variants:
         raise BadInput("variants", variants, "allowed: a non-empty list among " + ", ".join(VARIANTS))
@@ -142,7 +142,13 @@ def lab04(*, engine, variants, kv_dtypes, eval_tokens, gpu_models, quick, intera
     p = SimpleNamespace(
         engine=kind,
         weight_variants=engine_class(kind).builds_weight_variants,  # GGUF variants built here, or one checkpoint's configurations
-        vllm_models=list(gpu_models) if on_gpu else [dict(m) for m in VLLM_CPU_MODELS],  # vLLM on CPU: the shipped model
+        # vLLM on CPU: the shipped model
+        vllm_models=list(gpu_models) if on_gpu else [dict(m) for m in (VLLM_CPU_QUICK_MODELS if quick else VLLM_CPU_MODELS)],
+        vllm_note=(
+            "quick: float32 weights left out (a vLLM start less); quick=False compares them too"
+            if quick and not on_gpu and not engine_class(kind).builds_weight_variants
+            else ""
+        ),
         variants=names,
         kv_dtypes=[str(k).lower() for k in kv_dtypes],
         eval_tokens=positive_int("eval_tokens", eval_tokens, minimum=32, maximum=1024),

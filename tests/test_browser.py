@@ -1,7 +1,7 @@
 """The labs as participants use them: JupyterLab from the project's environment in headless Chromium.
 Lab 01 is opened and run whole with interactive=True; every control of its explorer is moved, and after
 each move the figure must change and the readouts must equal the library's numbers for the values the
-page shows. Labs 02, 03 and 04 are run whole (quick sizes, the embedded engine) and their explorers'
+page shows. Labs 02, 03 and 04 are run whole (quick sizes, the embedded engine; lab 04 with three variants) and their explorers'
 controls moved; each readout must equal what the test computes from the results the run wrote (lab 02's
 request records, lab 03's sweeps, lab 04's comparison). No cell may show an error. Screenshots of each state go to runs/browser/. Afterwards JupyterLab, its kernels and the
 engines they started are gone.
@@ -14,6 +14,7 @@ is skipped with that line. `make screenshot` refreshes docs/explorer.png from th
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import secrets
@@ -66,6 +67,15 @@ def jupyterlab(tmp_path_factory):
         text = (root / name).read_text()
         assert '"quick = False' in text, name
         (root / name).write_text(text.replace('"quick = False', '"quick = True', 1))
+    # lab 04 with three of its seven variants and two KV dtypes: the explorer needs rows to choose among, and the
+    # headless run (tests/test_notebooks.py) compares them all
+    lab04 = json.loads((root / "04_quantization.ipynb").read_text())
+    cell = next(c for c in lab04["cells"] if "parameters" in c["metadata"].get("tags", []))
+    source, n = re.subn(r"variants = \[[^\]]*\]", 'variants = ["Q4_K_M", "Q8_0", "Q4_0"]', "".join(cell["source"]), count=1)
+    source, m = re.subn(r"kv_dtypes = \[[^\]]*\]", 'kv_dtypes = ["f16", "q8_0"]', source, count=1)
+    assert n == m == 1, source
+    cell["source"] = source.splitlines(keepends=True)
+    (root / "04_quantization.ipynb").write_text(json.dumps(lab04, indent=1))
     port, token, tag = free_port(), secrets.token_hex(16), f"browser-{os.getpid()}"
     # under the labs' own guard: if this test process dies (a CI timeout, a kill), JupyterLab and its kernels go too
     command = [

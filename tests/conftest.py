@@ -86,11 +86,11 @@ def _fast_tier_starts_no_engine(request):
     if not request.config.getoption("--fast-tier"):
         yield
         return
-    from labs_lib.engines.base import STARTS_GROUP_VARIABLE, read_starts
+    from labs_lib.engines.base import read_starts
 
     since = time.time()
     yield
-    started = read_starts(since, group=os.environ.get(STARTS_GROUP_VARIABLE, ""))
+    started = read_starts(since)
     if started:
         kinds = ", ".join(sorted({row["kind"] for row in started}))
         pytest.fail(
@@ -107,13 +107,13 @@ _STARTS: list[dict] = []
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    from labs_lib.engines.base import STARTS_GROUP_VARIABLE, read_starts
+    from labs_lib.engines.base import read_starts
 
     since = time.time()
     yield
     path = item.nodeid.split("::")[0]
     _TIMES[path] = _TIMES.get(path, 0.0) + time.time() - since
-    _STARTS.extend({**row, "test": item.nodeid} for row in read_starts(since, group=os.environ.get(STARTS_GROUP_VARIABLE, "")))
+    _STARTS.extend({**row, "test": item.nodeid} for row in read_starts(since))
 
 
 def suite_summary() -> dict:

@@ -74,17 +74,3 @@ def test_make_test_runs_each_test_once_fast_tier_first():
     } <= engines
     recipe = re.search(r"^test:.*\n((?:\t.*\n)+)", (REPO / "Makefile").read_text(), re.M).group(1)
     assert recipe.index("--fast-tier") < recipe.index("--engine-tier"), recipe
-
-
-def test_lanes_side_by_side_count_their_own_engine_starts(tmp_path, monkeypatch):
-    """make test's two engine-tier lanes write one starts file; each lane's report reads only its own starts."""
-    from labs_lib.engines.base import STARTS_GROUP_VARIABLE, _record_start, read_starts
-
-    monkeypatch.setenv("LABS_CACHE_DIR", str(tmp_path))
-    (tmp_path / "logs").mkdir()
-    for group, kind in (("vllm-lane", "vllm"), ("other-lane", "llamacpp"), ("other-lane", "llamacpp")):
-        monkeypatch.setenv(STARTS_GROUP_VARIABLE, group)
-        _record_start(tmp_path / "logs", kind, 1.0, True)
-    assert [r["kind"] for r in read_starts(0, group="vllm-lane")] == ["vllm"]
-    assert [r["kind"] for r in read_starts(0, group="other-lane")] == ["llamacpp", "llamacpp"]
-    assert len(read_starts(0)) == 3

@@ -360,21 +360,16 @@ def _terminate_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
 STARTS_FILE = "starts.jsonl"
 
 
-STARTS_GROUP_VARIABLE = "LABS_STARTS_GROUP"
-
-
 def _record_start(logs: Path, kind: str, seconds: float, ok: bool) -> None:
     """One line per engine start in logs/starts.jsonl (unix time, kind, seconds to ready or to failure):
     how start-up time is measured across processes (notebook kernels, CLI commands, tests)."""
-    row = {"t": round(time.time(), 3), "kind": kind, "start_s": round(seconds, 3), "ok": ok, "pid": os.getpid()}
-    line = json.dumps({**row, "group": os.environ.get(STARTS_GROUP_VARIABLE, "")})
+    line = json.dumps({"t": round(time.time(), 3), "kind": kind, "start_s": round(seconds, 3), "ok": ok, "pid": os.getpid()})
     with contextlib.suppress(OSError), open(logs / STARTS_FILE, "a") as f:
         f.write(line + "\n")
 
 
-def read_starts(since: float = 0.0, group: str | None = None) -> list[dict]:
-    """Engine starts recorded at or after unix time `since` (see _record_start); with `group`, only the starts made
-    under that $LABS_STARTS_GROUP (processes that run side by side, such as make test's two lanes, tell theirs apart)."""
+def read_starts(since: float = 0.0) -> list[dict]:
+    """Engine starts recorded at or after unix time `since` (see _record_start)."""
     try:
         lines = (cache_dir() / "logs" / STARTS_FILE).read_text().splitlines()
     except OSError:
@@ -383,7 +378,7 @@ def read_starts(since: float = 0.0, group: str | None = None) -> list[dict]:
     for line in lines:
         with contextlib.suppress(ValueError):
             row = json.loads(line)
-            if row.get("t", 0) >= since and (group is None or row.get("group", "") == group):
+            if row.get("t", 0) >= since:
                 rows.append(row)
     return rows
 

@@ -8,7 +8,7 @@ import numpy as np
 from .kv_math import GIB, allocation_utilization, dtype, kv_cache, plan_capacity
 from .load import percentile_ms
 from .models import load_model
-from .sse import DONE, payload
+from .sse import chunk_kind
 
 
 def kv_memory_figure(
@@ -135,32 +135,12 @@ def capacity_figure(
 # ---------------------------------------------------------------- lab 02: timing
 
 
-def _chunk_kind(line: str) -> str:
-    try:
-        obj = payload(line)
-    except ValueError:
-        return "other"
-    if obj == DONE:
-        return "[DONE]"
-    if not isinstance(obj, dict):
-        return "other"
-    if not obj.get("choices"):
-        return "usage" if obj.get("usage") else "other"
-    c0 = obj["choices"][0]
-    delta = c0.get("delta") or {}
-    if delta.get("content"):
-        return "content"
-    if c0.get("finish_reason"):
-        return "finish"
-    return "role" if delta.get("role") else "other"
-
-
 def stream_anatomy_figure(trace: list[tuple[float, str]], ttft_ms: float | None = None):
     """Every SSE line of one response on a time axis, by kind (role, content, finish, usage, [DONE])."""
     kinds = ["role", "content", "finish", "usage", "[DONE]", "other"]
     fig, ax = plt.subplots(figsize=(10, 2.6))
     for y, kind in enumerate(kinds):
-        xs = [t * 1000 for t, line in trace if _chunk_kind(line) == kind]
+        xs = [t * 1000 for t, line in trace if chunk_kind(line) == kind]
         ax.scatter(xs, [y] * len(xs), s=18, label=kind)
     if ttft_ms is not None:
         ax.axvline(ttft_ms, color="red", ls="--", lw=1)

@@ -40,6 +40,27 @@ def payload(line: str | bytes) -> object | None:
     return orjson.loads(data)
 
 
+def chunk_kind(line: str | bytes) -> str:
+    """What one SSE line of a chat stream is: role, content, finish, usage, [DONE] or other (lab 02's anatomy)."""
+    try:
+        obj = payload(line)
+    except ValueError:
+        return "other"
+    if obj == DONE:
+        return "[DONE]"
+    if not isinstance(obj, dict):
+        return "other"
+    if not obj.get("choices"):
+        return "usage" if obj.get("usage") else "other"
+    c0 = obj["choices"][0]
+    delta = c0.get("delta") or {}
+    if delta.get("content"):
+        return "content"
+    if c0.get("finish_reason"):
+        return "finish"
+    return "role" if delta.get("role") else "other"
+
+
 def events(lines: Iterable[str | bytes]) -> Iterator[object]:
     """Every data payload of a stream of lines, in order (DONE included); unparseable payloads are skipped."""
     for line in lines:

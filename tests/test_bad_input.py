@@ -83,6 +83,9 @@ CLI_CASES = [
     ("serve negative timeout", ["serve", "--timeout", "-5"], ["--timeout", "-5"]),
     ("serve zero context", ["serve", "--ctx", "0"], ["0"]),
     ("serve unknown KV type", ["serve", "--kv-dtype", "q2"], ["q2"]),
+    ("serve unknown engine", ["serve", "--engine", "tgi"], ["tgi", "llamacpp, vllm"]),
+    ("serve llama.cpp option on vLLM", ["serve", "--engine", "vllm", "--ctx", "1024"], ["--ctx", "--engine llamacpp only"]),
+    ("serve vLLM option on llama.cpp", ["serve", "--max-num-seqs", "2"], ["--max-num-seqs", "--engine vllm only"]),
 ]
 
 

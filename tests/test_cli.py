@@ -98,3 +98,17 @@ def test_models_lists_the_catalogue():
 )
 def test_bad_input_exits_2_with_one_line(args, needles):
     assert_one_line_error(run_cli(*args), *needles)
+
+
+def test_serve_builds_each_engines_configuration_from_the_options_it_takes():
+    """serve's options map onto EngineConfig through each engine's SERVE_OPTIONS. llama.cpp has no longest-request
+    setting, so --max-model-len is that many cells per slot (before, a --parallel given as text was repeated, not
+    multiplied: "2" * 512)."""
+    from labs_lib.engines.llamacpp import LlamaCppEngine
+    from labs_lib.engines.vllm import VLLMEngine
+
+    llama = LlamaCppEngine.serve_config({"max_model_len": "512", "parallel": "2", "batch": "256"}, host="127.0.0.1")
+    assert (llama.ctx, llama.parallel, llama.batch_tokens, llama.host) == (1024, "2", "256", "127.0.0.1")
+    assert LlamaCppEngine.serve_config({"max_model_len": 512}).ctx == 512
+    vllm = VLLMEngine.serve_config({"max_num_seqs": "4", "max_model_len": "2048", "max_num_batched_tokens": "512"})
+    assert (vllm.parallel, vllm.max_model_len, vllm.batch_tokens) == ("4", "2048", "512")

@@ -66,7 +66,7 @@ def test_the_articles_snippets_replayed_as_written(engine):
     chunk (so the streamed snippets are applied to that); seed 003's unstreamed request gets the whole answer as
     one line."""
     from labs_lib import experiments, naive
-    from labs_lib.plots import _chunk_kind
+    from labs_lib.sse import chunk_kind
 
     ep = endpoint_for(engine)
     prompts = PromptFactory(engine_tokenizer(engine.root_url), seed=3).prompts(2, 32)
@@ -77,9 +77,9 @@ def test_the_articles_snippets_replayed_as_written(engine):
             ep, RequestSpec(prompt, 12, ignore_eos=True, include_usage=False, extra=engine.uncached_body), keep_trace=True
         )
         assert plain.ok and plain.tokens_estimated, plain.error
-        kinds = [_chunk_kind(line) for _, line in plain_timer.trace]
-        assert kinds == [_chunk_kind(line) for _, line in naive.as_the_seed_receives(timer.trace)]
-        assert "usage" in [_chunk_kind(line) for _, line in timer.trace] and "usage" not in kinds
+        kinds = [chunk_kind(line) for _, line in plain_timer.trace]
+        assert kinds == [chunk_kind(line) for _, line in naive.as_the_seed_receives(timer.trace)]
+        assert "usage" in [chunk_kind(line) for _, line in timer.trace] and "usage" not in kinds
     unstreamed = experiments.unstreamed_requests(ep, prompts, 12, extra=engine.uncached_body)
     for lines, _ in unstreamed:
         assert len(lines) == 1, lines  # one JSON body: the first line seed 003 times is the whole answer

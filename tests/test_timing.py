@@ -262,3 +262,19 @@ def test_real_stream_variants_parse_the_same():
     rec = timer.finish()
     assert rec.ok, rec.error
     assert rec.chunks == 2 and rec.output_tokens == 2 and rec.text == "a" + big
+
+
+def test_each_sse_line_of_a_chat_stream_has_a_kind():
+    from labs_lib.sse import chunk_kind
+
+    role = 'data: {"choices":[{"delta":{"role":"assistant","content":""},"finish_reason":null}]}'
+    lines = {
+        role: "role",
+        'data: {"choices":[{"delta":{"content":"Hi"},"finish_reason":null}]}': "content",
+        'data: {"choices":[{"delta":{},"finish_reason":"stop"}]}': "finish",
+        'data: {"choices":[],"usage":{"completion_tokens":2}}': "usage",
+        "data: [DONE]": "[DONE]",
+        "data: {not json": "other",
+        ": keep-alive": "other",
+    }
+    assert {line: chunk_kind(line) for line in lines} == lines

@@ -19,8 +19,8 @@ def _on_off_auto(value: str | None) -> bool | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..engines import EngineConfig, make_engine
-    from ..errors import positive_int, positive_number
+    from ..engines import KINDS, engine_class, make_engine
+    from ..errors import positive_number
     from ..keys import mask, read_key
 
     if args.api_key_env:
@@ -33,38 +33,17 @@ def run(args: argparse.Namespace) -> int:
         "prompt_cache": not args.no_prompt_cache,
         "kv_cache_dtype": args.kv_dtype or "f16",
     }
-    if args.engine == "vllm":
-        config = EngineConfig(
-            model=args.model,
-            max_model_len=args.max_model_len,
-            parallel=args.max_num_seqs,
-            kv_cache_gib=args.kv_cache_gib,
-            batch_tokens=args.max_num_batched_tokens,
-            **common,
-        )
-    else:
-        for flag, value in (
-            ("--model", args.model),
-            ("--max-num-seqs", args.max_num_seqs),
-            ("--kv-cache-gib", args.kv_cache_gib),
-        ):
-            if value is not None:
-                raise BadInput(flag, value, "allowed with --engine vllm only (llama.cpp: --ctx, --parallel, --model-file)")
-        config = EngineConfig(
-            model=args.model_file,
-            ctx=args.ctx,
-            parallel=args.parallel,
-            kv_cache_dtype_v=args.kv_dtype_v,
-            flash_attention=_on_off_auto(args.flash_attn),
-            batch_tokens=args.batch,
-            ubatch_tokens=args.ubatch,
-            threads=args.threads,
-            swa_full=args.swa_full,
-            kv_unified=args.kv_unified,
-            **common,
-        )
-        if args.max_model_len is not None:
-            config = config.with_(ctx=positive_int("--max-model-len", args.max_model_len) * (config.parallel or 1))
+    chosen = engine_class(args.engine)
+    takers = {kind: engine_class(kind).SERVE_OPTIONS for kind in KINDS}
+    given = {name: getattr(args, name) for options in takers.values() for name in options}
+    given = {name: value for name, value in given.items() if value is not None and value is not False}
+    for name, value in given.items():
+        if name not in chosen.SERVE_OPTIONS:
+            engines = " or ".join(kind for kind, options in takers.items() if name in options)
+            raise BadInput("--" + name.replace("_", "-"), value, f"allowed with --engine {engines} only")
+    if "flash_attn" in given:
+        given["flash_attn"] = _on_off_auto(given["flash_attn"])
+    config = chosen.serve_config(given, **common)
     start = {} if args.timeout is None else {"timeout_s": positive_number("--timeout", args.timeout)}
     engine = make_engine(args.engine, config)
 
@@ -97,22 +76,23 @@ def run(args: argparse.Namespace) -> int:
 
 def add_parser(sub) -> None:
     p = sub.add_parser("serve", help="run an engine in the foreground: llama.cpp (default) or vLLM")
-    p.add_argument("--engine", choices=["llamacpp", "vllm"], default="llamacpp", help="llamacpp (default) or vllm")
+    # checked by the registry when run (engine_class: one line naming the kinds), not imported for --help
+    p.add_argument("--engine", default="llamacpp", help="llamacpp (default) or vllm")
     p.add_argument("--port", help="port (default: a free one)")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--ctx", default=4096, help="total KV cells shared by all slots (default 4096)")
-    p.add_argument("--parallel", default=1, help="slots: sequences decoded together (default 1)")
+    p.add_argument("--ctx", help="llamacpp: total KV cells shared by all slots (default 4096)")
+    p.add_argument("--parallel", help="llamacpp: slots, sequences decoded together (default 1)")
     p.add_argument("--kv-dtype", help="K and V cache type: llama.cpp f16 (default), q8_0, q4_0, …; vLLM auto (default), fp8, …")
-    p.add_argument("--kv-dtype-v", help="V cache type when it differs from K")
-    p.add_argument("--batch", help="n_batch: tokens per decode step (default 2048)")
-    p.add_argument("--ubatch", help="n_ubatch: physical batch (default 512)")
-    p.add_argument("--swa-full", action="store_true", help="full-size sliding-window cache")
-    p.add_argument("--kv-unified", action="store_true", help="one KV stream shared by all slots")
-    p.add_argument("--flash-attn", choices=["on", "off", "auto"], default="auto")
+    p.add_argument("--kv-dtype-v", help="llamacpp: V cache type when it differs from K")
+    p.add_argument("--batch", help="llamacpp: n_batch, tokens per decode step (default 2048)")
+    p.add_argument("--ubatch", help="llamacpp: n_ubatch, the physical batch (default 512)")
+    p.add_argument("--swa-full", action="store_true", help="llamacpp: full-size sliding-window cache")
+    p.add_argument("--kv-unified", action="store_true", help="llamacpp: one KV stream shared by all slots")
+    p.add_argument("--flash-attn", choices=["on", "off", "auto"], help="llamacpp (default auto)")
     p.add_argument("--no-prompt-cache", action="store_true", help="recompute every prompt")
-    p.add_argument("--threads", help="CPU threads (default: llama.cpp's choice)")
+    p.add_argument("--threads", help="llamacpp: CPU threads (default: llama.cpp's choice)")
     p.add_argument("--api-key-env", help="NAME of the environment variable holding the key clients must send")
-    p.add_argument("--model-file", help="serve another GGUF instead of the shipped Gemma 3 270M")
+    p.add_argument("--model-file", help="llamacpp: serve another GGUF instead of the shipped Gemma 3 270M")
     p.add_argument("--served-model-name", help="the model id clients send (default gemma-3-270m / the file name)")
     p.add_argument("--max-model-len", help="longest request in tokens (llama.cpp: sets --ctx to this x --parallel)")
     p.add_argument("--model", help="vllm: a Hugging Face id or folder (default: the shipped Gemma 3 270M, converted once)")

@@ -170,6 +170,15 @@ class Engine:
         """Which of lab 03's grids (data/grids/<family>_<experiment>.yaml) fit this engine on this machine."""
         raise NotImplementedError
 
+    # `serve` options this engine takes (argparse dest) -> the EngineConfig field each sets; cli/serve.py offers the
+    # union of all engines' and refuses one the chosen engine does not take
+    SERVE_OPTIONS: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def serve_config(cls, options: dict[str, object], **common) -> EngineConfig:
+        """The configuration `serve` starts from the options given (keys of SERVE_OPTIONS) and the common fields."""
+        return EngineConfig(**common, **{cls.SERVE_OPTIONS[name]: value for name, value in options.items()})
+
     # The engine's own defaults for EngineConfig fields a grid may turn (field -> (value, where it is read));
     # a grid whose configuration leaves them says so (sweep.defaults_note)
     DEFAULTS: ClassVar[dict[str, tuple[object, str]]] = {}

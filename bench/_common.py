@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from labs_lib.paths import REPO_DIR
+from labs_lib.paths import PROJECT_DIR
 
 
 def cpu_model() -> str:
@@ -35,10 +35,10 @@ def memory_gib() -> float | None:
 def commit() -> str:
     try:
         out = subprocess.run(
-            ["git", "-C", str(REPO_DIR), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+            ["git", "-C", str(PROJECT_DIR), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
         )
         dirty = subprocess.run(
-            ["git", "-C", str(REPO_DIR), "status", "--porcelain", "--untracked-files=no"],
+            ["git", "-C", str(PROJECT_DIR), "status", "--porcelain", "--untracked-files=no"],
             capture_output=True,
             text=True,
             timeout=10,

@@ -27,13 +27,13 @@ from pathlib import Path
 from labs_lib.catalogs import catalogue_name, gpu_spec
 from labs_lib.gpu import GPUReading, read_gpus
 from labs_lib.kv_math import kv_cache, plan_capacity
-from labs_lib.paths import REPO_DIR
+from labs_lib.paths import PROJECT_DIR
 
 from _common import header, verdict
 
 # (fixture config, layers kept): enough layers to keep each sliding-window pattern (Gemma 2 alternates, Gemma 3 5:1)
 ARCHITECTURES = (("llama-2-7b", 2), ("mistral-7b", 2), ("qwen2.5-0.5b", 2), ("gemma-2-9b", 4), ("gemma-3-27b", 6))
-CONFIGS = REPO_DIR / "tests" / "fixtures" / "hf_configs"
+CONFIGS = PROJECT_DIR / "tests" / "fixtures" / "hf_configs"
 
 
 def the_card() -> tuple[GPUReading | None, str]:

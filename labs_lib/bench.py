@@ -92,7 +92,8 @@ async def bench(
     factory = PromptFactory(tokenizer_for(endpoint), seed=seed)
     await warm_up(endpoint)
     results = []
-    for level in concurrency or [None]:
+    levels: list[int | None] = list(concurrency) if concurrency else [None]  # None: one open-loop run at `rate`
+    for level in levels:
         specs = [RequestSpec(p, max_tokens, ignore_eos=ignore_eos) for p in factory.prompts(requests, prompt_tokens)]
         label = f"c={level}" if level else f"rate={rate}/s"
         results.append(

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import BadInput
-from .kv_math import GIB, allocation_utilization, kv_cache, plan_capacity, weight_bytes
+from .kv_math import GIB, CapacityPlan, allocation_utilization, kv_cache, plan_capacity, weight_bytes
 from .models import ModelSpec, load_model
 from .paths import DATA_DIR
 
@@ -74,6 +74,26 @@ def _mha_like(layers: int, kv_heads: int, head_dim: int, q_heads: int = 64) -> M
 
 def kv_claims_table(seed: int = 0) -> pd.DataFrame:
     """Every lab-01 claim, recomputed with labs_lib.kv_math."""
+    rows = [
+        *_kv_size_rows(),
+        _card_row(),
+        *_weight_and_70b_rows(),
+        _on_4090_row(),
+        *_utilization_rows(),
+        _paged_row(seed),
+    ]
+    return pd.DataFrame(rows)
+
+
+def _gib(n_bytes: int | None) -> float:
+    """GiB of a plan's card field (set whenever the plan was made for a card, as every plan here is)."""
+    if n_bytes is None:
+        raise ValueError("the plan has no card: give gpu or gpu_memory_gib")
+    return n_bytes / GIB
+
+
+def _kv_size_rows() -> list[dict]:
+    """Seed 000's KV sizes: Llama-7B at three lengths, MHA/GQA/MQA at 80 layers, GQA's saving."""
     rows = []
     for cid in ("s000-llama7b-2048", "s000-llama7b-2048x10", "s000-llama7b-8192"):
         c = claim(cid)
@@ -108,32 +128,40 @@ def kv_claims_table(seed: int = 0) -> pd.DataFrame:
     saving = 100 * (1 - c["kv_heads"] / c["q_heads"])
     holds, off = verdict(c["value"], saving)
     rows.append(row("s000-gqa-saving", saving, "%", holds, "1 - 8/64 KV heads", off))
-    c = card_claim = claim("s000-24gb-card")
+    return rows
 
-    def plan_card(utilization: float):
-        """Seed 000's own 24 GB card with 14 GB of weights, at a given gpu_memory_utilization."""
-        return plan_capacity(
-            card_claim["model"],
-            card_claim["max_model_len"],
-            kv_dtype="fp16",
-            gpu_memory_gib=card_claim["gpu_memory_gib"],
-            weight_gib=card_claim["weight_gib"],
-            gpu_memory_utilization=utilization,
-        )
 
-    card = plan_card(0.9)
-    holds, off = verdict(c["value"], card.max_concurrency)
-    rows.append(
-        row(
-            "s000-24gb-card",
-            significant(card.max_concurrency),
-            "requests at 2,048 tokens",
-            holds,
-            f"vLLM may use 24 x 0.9 = 21.6 GiB; minus 14 GiB weights and ~{card.overhead_bytes / GIB:.0f} GiB activations "
-            f"leaves {card.available_kv_bytes / GIB:.2f} GiB = {card.num_blocks} blocks of 16 tokens (shorter requests fit more: blocks are taken as used)",
-            off,
-        )
+def _plan_seed000_card(utilization: float) -> CapacityPlan:
+    """Seed 000's own 24 GB card with 14 GB of weights, at a given gpu_memory_utilization."""
+    card_claim = claim("s000-24gb-card")
+    return plan_capacity(
+        card_claim["model"],
+        card_claim["max_model_len"],
+        kv_dtype="fp16",
+        gpu_memory_gib=card_claim["gpu_memory_gib"],
+        weight_gib=card_claim["weight_gib"],
+        gpu_memory_utilization=utilization,
     )
+
+
+def _card_row() -> dict:
+    c = claim("s000-24gb-card")
+    card = _plan_seed000_card(0.9)
+    holds, off = verdict(c["value"], card.max_concurrency)
+    return row(
+        "s000-24gb-card",
+        significant(card.max_concurrency),
+        "requests at 2,048 tokens",
+        holds,
+        f"vLLM may use 24 x 0.9 = 21.6 GiB; minus 14 GiB weights and ~{_gib(card.overhead_bytes):.0f} GiB activations "
+        f"leaves {card.available_kv_bytes / GIB:.2f} GiB = {card.num_blocks} blocks of 16 tokens (shorter requests fit more: blocks are taken as used)",
+        off,
+    )
+
+
+def _weight_and_70b_rows() -> list[dict]:
+    """Weights of 7B and 70B models, the 70B's KV per token and per request, 7B KV per length."""
+    rows = []
     c = claim("s001-7b-weights")
     sizes = {m: weight_bytes(m, "fp16") / 1e9 for m in c["models"]}
     ok = [verdict(c["value"], v)[0] for v in sizes.values()]
@@ -144,7 +172,7 @@ def kv_claims_table(seed: int = 0) -> pd.DataFrame:
             "GB",
             all(ok),
             "parameters x 2 bytes; 'about 14 GB' is fair for 7B-class models",
-            verdict(c["value"], np.mean(list(sizes.values())))[1],
+            verdict(c["value"], float(np.mean(list(sizes.values()))))[1],
         )
     )
     c = claim("s002-70b-per-token")
@@ -190,6 +218,10 @@ def kv_claims_table(seed: int = 0) -> pd.DataFrame:
                 "true for an MHA 7B (Llama-2-7B); GQA models (Llama-3.1-8B, Qwen2.5-7B) need 4-9x less",
             )
         )
+    return rows
+
+
+def _on_4090_row() -> dict:
     c = claim("s002-13b-on-4090")
     plan = plan_capacity(
         c["model"],
@@ -199,26 +231,30 @@ def kv_claims_table(seed: int = 0) -> pd.DataFrame:
         gpu_memory_utilization=c["gpu_memory_utilization"],
         weight_dtype="fp16",
     )
-    rows.append(
-        row(
-            "s002-13b-on-4090",
-            "cannot start" if not plan.fits_one_request else f"{plan.max_concurrency:.1f} sequences",
-            f"vLLM on {plan.gpu}",
-            None if plan.fits_one_request else False,
-            f"fp16 weights are {plan.weight_bytes_per_rank / GIB:.2f} GiB; vLLM may use {plan.requested_bytes / GIB:.2f} GiB "
-            f"({plan.gpu_memory_bytes / GIB:.2f} GiB x {plan.gpu_memory_utilization}): no KV pool at all, so the table "
-            "beside it was not measured with this setup (an AWQ/GPTQ 13B or an 8B model would fit)",
-        )
+    return row(
+        "s002-13b-on-4090",
+        "cannot start" if not plan.fits_one_request else f"{plan.max_concurrency:.1f} sequences",
+        f"vLLM on {plan.gpu}",
+        None if plan.fits_one_request else False,
+        f"fp16 weights are {_gib(plan.weight_bytes_per_rank):.2f} GiB; vLLM may use {_gib(plan.requested_bytes):.2f} GiB "
+        f"({_gib(plan.gpu_memory_bytes):.2f} GiB x {plan.gpu_memory_utilization}): no KV pool at all, so the table "
+        "beside it was not measured with this setup (an AWQ/GPTQ 13B or an 8B model would fit)",
     )
+
+
+def _utilization_rows() -> list[dict]:
+    """What gpu_memory_utilization's fraction covers, against two articles' readings."""
+    card_claim = claim("s000-24gb-card")
+    rows = []
     for cid in ("s000-util-rest-for-weights", "s002-util-8pct-temp"):
         utilization = claim(cid)["value"]
         rest = f"{1 - utilization:.0%}"
-        split = plan_card(utilization)
+        split = _plan_seed000_card(utilization)
         rows.append(
             row(
                 cid,
-                f"of {card_claim['gpu_memory_gib']:g} x {utilization:g} = {split.requested_bytes / GIB:.1f}: weights "
-                f"{split.weight_bytes_per_rank / GIB:.0f} + activations ~{split.overhead_bytes / GIB:.0f} + KV pool "
+                f"of {card_claim['gpu_memory_gib']:g} x {utilization:g} = {_gib(split.requested_bytes):.1f}: weights "
+                f"{_gib(split.weight_bytes_per_rank):.0f} + activations ~{_gib(split.overhead_bytes):.0f} + KV pool "
                 f"{split.available_kv_bytes / GIB:.1f}",
                 "GiB",
                 False,
@@ -227,18 +263,19 @@ def kv_claims_table(seed: int = 0) -> pd.DataFrame:
                 "processes, a desktop)",
             )
         )
+    return rows
+
+
+def _paged_row(seed: int) -> dict:
     lengths = _example_lengths(seed)
     util = allocation_utilization(lengths, max_len=4096, block_size=16)
-    rows.append(
-        row(
-            "s003-paged-utilization",
-            f"contiguous {util['contiguous']:.0%}, paged {util['paged']:.1%}",
-            "of KV slots used",
-            None,
-            f"depends on the lengths: {len(lengths)} requests, median {int(np.median(lengths))} tokens, preallocated to 4,096",
-        )
+    return row(
+        "s003-paged-utilization",
+        f"contiguous {util['contiguous']:.0%}, paged {util['paged']:.1%}",
+        "of KV slots used",
+        None,
+        f"depends on the lengths: {len(lengths)} requests, median {int(np.median(lengths))} tokens, preallocated to 4,096",
     )
-    return pd.DataFrame(rows)
 
 
 def _example_lengths(seed: int = 0, n: int = 1000) -> list[int]:
@@ -256,6 +293,8 @@ def awq_memory(model: str = "llama-2-7b", gpu: str = "RTX-4090", gpu_memory_util
     leaves them) against fp16, and what vLLM then does with the card: it still takes total x utilization,
     so the saving becomes KV pool (planner) rather than free memory."""
     spec = load_model(model)
+    if spec.params is None:
+        raise BadInput("model", model, "allowed: a catalogue model with a parameter count")
     embedding_params = 2 * spec.vocab_size * spec.hidden_size  # input embedding + untied LM head (Llama 2)
     linear_params = spec.params - embedding_params
     bits_per_weight = 4 + (16 + 4) / AWQ_GROUP

@@ -40,9 +40,12 @@ def check_choice(
     With `limit_column_low` (the low end of limit_column's confidence interval) the measurement cannot always say
     whether a row meets the limit: the best row by the measured value and the best row whose interval reaches
     under the limit are both accepted, the second with a note that more data would decide."""
-    ranking = {"limit": limit, "objective": objective, "higher_is_better": higher_is_better}
-    best = best_row(table, limit_column=limit_column, **ranking)
-    maybe = best_row(table, limit_column=limit_column_low, **ranking) if limit_column_low else None
+
+    def best_under(column: str) -> pd.Series | None:
+        return best_row(table, limit_column=column, limit=limit, objective=objective, higher_is_better=higher_is_better)
+
+    best = best_under(limit_column)
+    maybe = best_under(limit_column_low) if limit_column_low else None
 
     def named(row: pd.Series | None) -> str | None:
         return None if row is None else ", ".join(f"{k}={row[k]}" for k in keys)

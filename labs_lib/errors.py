@@ -11,6 +11,7 @@ import errno
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from .redact import looks_like_key, redact
 
@@ -82,13 +83,13 @@ class EngineError(LabsError):
     """An engine failed to start or stopped answering; the message carries its own words."""
 
 
-def positive_int(what: str, value: object, *, minimum: int = 1, maximum: int | None = None) -> int:
+def positive_int(what: str, value: Any, *, minimum: int = 1, maximum: int | None = None) -> int:
     """`value` as an int in [minimum, maximum], or BadInput."""
     allowed = f"allowed: an integer >= {minimum}" + (f" and <= {maximum:,}" if maximum is not None else "")
     if isinstance(value, bool):
         raise BadInput(what, value, allowed)
     try:
-        number = int(value)  # type: ignore[arg-type]
+        number = int(value)
         if isinstance(value, float) and number != value:
             raise ValueError
         if isinstance(value, str) and value.strip() != str(number):

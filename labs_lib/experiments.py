@@ -34,7 +34,7 @@ def unstreamed_requests(
     """Seed 003's request: the harness's (same prompt, length and sampling) without "stream" and "stream_options",
     as the seed's body has neither. Each answer's lines as aiohttp yields them, with their arrival (seconds after
     sending), and the total time."""
-    replays = []
+    replays: list[tuple[list[tuple[float, bytes]], float]] = []
     with httpx.Client(timeout=timeout_s, trust_env=not endpoint.is_loopback) as client:
         for p in prompts:
             body = RequestSpec(p, max_tokens, ignore_eos=True, extra=extra or {}, include_usage=False).body(endpoint.model)
@@ -76,7 +76,8 @@ def naive_vs_harness(
         }
         rows.append({"method": "harness (vllm bench serve definitions)", "request": rec.request_id, **truth})
         seen = naive.as_the_seed_receives(timer.trace)
-        results = {name: fn(seen, timer.end_s) for name, fn in naive.METHODS.items()}
+        end_s = timer.end_s if timer.end_s is not None else (rec.e2e_ms or 0.0) / 1000  # set once the stream closed
+        results = {name: fn(seen, end_s) for name, fn in naive.METHODS.items()}
         if unstreamed is not None:
             results["seed 003: unstreamed lines"] = naive.seed003_unstreamed(*unstreamed[i])
         for name, got in results.items():
@@ -221,7 +222,7 @@ async def concurrency_sweep(
             settings={"prompt_tokens": prompt_tokens, "max_tokens": max_tokens},
         )
         runs.append(run)
-        if engine:
+        if engine and before is not None:
             counted = token_counts(delta(before, scrape(endpoint.root_url, endpoint.headers())), engine)
             ok = [r for r in run.records if r.ok]
             checks.append(
@@ -282,13 +283,13 @@ async def static_vs_continuous(
     rows = []
     start = time.perf_counter()
     continuous = await run_load(endpoint, specs, concurrency=slots, progress=False)
-    done = [(r.sent_s * 1000 + r.e2e_ms, r.output_tokens or 0) for r in continuous.records if r.ok]
+    done = [(r.sent_s * 1000 + (r.e2e_ms or 0.0), r.output_tokens or 0) for r in continuous.records if r.ok]
     rows.append(("continuous", time.perf_counter() - start, done, len(continuous.records)))
     start, done = time.perf_counter(), []
     for i in range(0, requests, slots):
         offset_ms = (time.perf_counter() - start) * 1000
         batch = await run_load(endpoint, specs[i : i + slots], concurrency=slots, progress=False)
-        done += [(offset_ms + r.sent_s * 1000 + r.e2e_ms, r.output_tokens or 0) for r in batch.records if r.ok]
+        done += [(offset_ms + r.sent_s * 1000 + (r.e2e_ms or 0.0), r.output_tokens or 0) for r in batch.records if r.ok]
     rows.append(("static batches", time.perf_counter() - start, done, requests))
 
     def summary(mode: str, wall_s: float, done: list[tuple[float, int]], sent: int) -> dict:

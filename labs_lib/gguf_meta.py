@@ -11,6 +11,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
@@ -46,7 +47,7 @@ class GGUFTensor:
 class GGUFMeta:
     path: Path
     version: int
-    fields: dict[str, object]
+    fields: dict[str, Any]  # values as the file holds them: int, float, str, bool or lists of those
     array_lengths: dict[str, int] = field(default_factory=dict)
     tensors: list[GGUFTensor] = field(default_factory=list)
     kv_span: tuple[int, int] = (0, 0)  # byte range of the key/value section
@@ -58,7 +59,7 @@ class GGUFMeta:
     def architecture(self) -> str:
         return str(self.fields.get("general.architecture", ""))
 
-    def arch_field(self, key: str, default: object = None) -> object:
+    def arch_field(self, key: str, default: Any = None) -> Any:
         return self.fields.get(f"{self.architecture}.{key}", default)
 
     @property
@@ -81,7 +82,7 @@ class _Cursor:
         self.pos += n
         return chunk
 
-    def unpack(self, fmt: str) -> object:
+    def unpack(self, fmt: str) -> Any:
         return struct.unpack(fmt, self.take(struct.calcsize(fmt)))[0]
 
     def string(self) -> str:
@@ -123,7 +124,7 @@ def read_gguf_meta(path: str | Path, *, header_bytes: int = 64 * 1024 * 1024) ->
         n_kv = int(cur.unpack("<Q"))
         if version not in (2, 3) or n_kv > 100_000 or n_tensors > 1_000_000:
             raise ValueError
-        fields: dict[str, object] = {}
+        fields: dict[str, Any] = {}
         lengths: dict[str, int] = {}
         offsets: dict[str, int] = {}
         kv_start = cur.pos

@@ -37,7 +37,8 @@ def read_gpus() -> tuple[list[GPUReading], str | None]:
             except Exception:
                 util = None
             try:
-                capability = tuple(int(v) for v in pynvml.nvmlDeviceGetCudaComputeCapability(handle))
+                major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
+                capability: tuple[int, int] | None = (int(major), int(minor))
             except Exception:
                 capability = None
             name = pynvml.nvmlDeviceGetName(handle)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from .errors import BadInput, fraction, positive_int, positive_number
 from .models import ModelSpec, load_model
@@ -120,13 +121,13 @@ def kv_bytes_per_token_per_layer(model: ModelSpec, kv_dtype: str | DType = "fp16
     """Bytes one rank stores for one token in one layer."""
     dt = dtype(kv_dtype)
     if model.is_mla:
-        return dt.nbytes(model.kv_lora_rank + model.qk_rope_head_dim)
-    return 2 * dt.nbytes(kv_heads_per_rank(model, tp) * model.head_dim)
+        return dt.nbytes((model.kv_lora_rank or 0) + (model.qk_rope_head_dim or 0))  # both set for MLA (ModelSpec checks)
+    return 2 * dt.nbytes(kv_heads_per_rank(model, tp) * (model.head_dim or 0))  # set for every non-MLA model
 
 
 def tokens_held(model: ModelSpec, layer: int, seq_len: int) -> int:
     """Tokens of a seq_len-long sequence that layer `layer` must keep."""
-    return min(seq_len, model.sliding_window) if model.is_sliding(layer) else seq_len
+    return min(seq_len, model.sliding_window or seq_len) if model.is_sliding(layer) else seq_len
 
 
 def _layer_token_sum(model: ModelSpec, seq_len: int, round_to: int = 1) -> int:
@@ -134,7 +135,7 @@ def _layer_token_sum(model: ModelSpec, seq_len: int, round_to: int = 1) -> int:
     full = model.num_full_layers * (-(-seq_len // round_to) * round_to)
     if not model.num_sliding_layers:
         return full
-    held = min(seq_len, model.sliding_window)
+    held = min(seq_len, model.sliding_window or seq_len)
     return full + model.num_sliding_layers * (-(-held // round_to) * round_to)
 
 
@@ -313,68 +314,24 @@ def plan_capacity(
     max_num_batched_tokens (it sizes a sliding-window layer's blocks): None takes vLLM's default for the card
     (vllm_batch_defaults; 2,048 when no card is given).
     """
-    from .catalogs import gpu_spec
-
     spec = load_model(model)
     max_model_len = positive_int("max_model_len", max_model_len, maximum=10_000_000)
     block_size = positive_int("block_size", block_size, maximum=65_536)
     tp = check_tp(spec, tp)
     dt = dtype(kv_dtype)
     page_bytes = block_size * kv_bytes_per_token_per_layer(spec, dt, tp)
-    extra: dict = {}
     if available_kv_gib is not None:
-        available = int(positive_number("available_kv_gib", available_kv_gib) * GIB)
+        available, extra = int(positive_number("available_kv_gib", available_kv_gib) * GIB), dict[str, Any]()
     else:
-        if gpu is not None:
-            card = gpu_spec(gpu)
-            extra["gpu"], total_gib = card["name"], card["memory_gib"]
-        elif gpu_memory_gib is not None:
-            extra["gpu"], total_gib = "given", positive_number("gpu_memory_gib", gpu_memory_gib)
-        else:
-            raise BadInput("capacity", "no memory given", "allowed: --available-kv-gib X, or --gpu NAME")
-        util = fraction("gpu_memory_utilization", gpu_memory_utilization)
-        total = int(total_gib * GIB)
-        requested = math.ceil(total * util)
-        if weight_gib is not None:
-            weights = int(positive_number("weight_gib", weight_gib) * GIB) // tp
-            extra["weight_dtype"] = "given"
-        else:
-            weights = weight_bytes(spec, weight_dtype) // tp
-            extra["weight_dtype"] = dtype(weight_dtype).name
-        overhead = int(_non_negative("overhead_gib", overhead_gib) * GIB)
-        available = max(0, requested - weights - overhead)
-        extra.update(
-            gpu_memory_bytes=total,
-            gpu_memory_utilization=util,
-            requested_bytes=requested,
-            weight_bytes_per_rank=weights,
-            overhead_bytes=overhead,
+        available, extra = _kv_pool_on_card(
+            spec, tp, gpu, gpu_memory_gib, gpu_memory_utilization, weight_dtype, weight_gib, overhead_gib
         )
-        if available == 0:
-            extra["problem"] = (
-                f"weights ({weights / GIB:.2f} GiB per rank) + overhead ({overhead / GIB:.2f} GiB) "
-                f"exceed what vLLM may use ({requested / GIB:.2f} GiB): no room for KV blocks"
-            )
     if max_num_batched_tokens is None:  # vLLM's default for the card; with no card given, its small-card 2,048
         max_num_batched_tokens = vllm_batch_defaults(extra.get("gpu_memory_bytes", 0), str(extra.get("gpu", "")))[
             "max_num_batched_tokens"
         ]
     max_num_batched_tokens = positive_int("max_num_batched_tokens", max_num_batched_tokens, maximum=10_000_000)
-    full_blocks = -(-max_model_len // block_size)
-    sliding = bool(spec.num_sliding_layers) and bool(spec.num_full_layers)
-    if sliding:
-        # vLLM's hybrid allocator (kv_cache_utils, 0.32/0.33): layers of each type are split into groups of
-        # `group_size` layers; one block index holds one page of each of group_size layers, and a request
-        # takes its blocks from every group. A sliding group needs window - 1 + in-flight tokens (+1 block).
-        full, swa = spec.num_full_layers, spec.num_sliding_layers
-        group_size = max(full, swa) if max(full, swa) < 1.5 * min(full, swa) else min(full, swa)
-        swa_tokens = min(spec.sliding_window - 1 + max_num_batched_tokens, max_model_len)
-        swa_blocks = -(-swa_tokens // block_size) + 1
-        num_blocks = available // (page_bytes * group_size)
-        blocks_per_request = -(-full // group_size) * full_blocks + -(-swa // group_size) * swa_blocks
-    else:
-        num_blocks = available // (page_bytes * spec.num_layers)
-        blocks_per_request = full_blocks
+    num_blocks, blocks_per_request = _blocks(spec, page_bytes, available, max_model_len, block_size, max_num_batched_tokens)
     max_concurrency = num_blocks / blocks_per_request
     fits = max_concurrency >= 1
     if not fits and "problem" not in extra:
@@ -399,6 +356,72 @@ def plan_capacity(
         max_num_batched_tokens=max_num_batched_tokens,
         **extra,
     )
+
+
+def _kv_pool_on_card(
+    spec: ModelSpec,
+    tp: int,
+    gpu: str | None,
+    gpu_memory_gib: float | None,
+    gpu_memory_utilization: float,
+    weight_dtype: str | DType,
+    weight_gib: float | None,
+    overhead_gib: float,
+) -> tuple[int, dict]:
+    """(KV pool bytes per rank, the plan's card fields): total x utilization - weights/tp - overhead."""
+    from .catalogs import gpu_spec
+
+    extra: dict = {}
+    if gpu is not None:
+        card = gpu_spec(gpu)
+        extra["gpu"], total_gib = card["name"], card["memory_gib"]
+    elif gpu_memory_gib is not None:
+        extra["gpu"], total_gib = "given", positive_number("gpu_memory_gib", gpu_memory_gib)
+    else:
+        raise BadInput("capacity", "no memory given", "allowed: --available-kv-gib X, or --gpu NAME")
+    util = fraction("gpu_memory_utilization", gpu_memory_utilization)
+    total = int(total_gib * GIB)
+    requested = math.ceil(total * util)
+    if weight_gib is not None:
+        weights = int(positive_number("weight_gib", weight_gib) * GIB) // tp
+        extra["weight_dtype"] = "given"
+    else:
+        weights = weight_bytes(spec, weight_dtype) // tp
+        extra["weight_dtype"] = dtype(weight_dtype).name
+    overhead = int(_non_negative("overhead_gib", overhead_gib) * GIB)
+    available = max(0, requested - weights - overhead)
+    extra.update(
+        gpu_memory_bytes=total,
+        gpu_memory_utilization=util,
+        requested_bytes=requested,
+        weight_bytes_per_rank=weights,
+        overhead_bytes=overhead,
+    )
+    if available == 0:
+        extra["problem"] = (
+            f"weights ({weights / GIB:.2f} GiB per rank) + overhead ({overhead / GIB:.2f} GiB) "
+            f"exceed what vLLM may use ({requested / GIB:.2f} GiB): no room for KV blocks"
+        )
+    return available, extra
+
+
+def _blocks(
+    spec: ModelSpec, page_bytes: int, available: int, max_model_len: int, block_size: int, max_num_batched_tokens: int
+) -> tuple[int, int]:
+    """(blocks in the pool, blocks one request at max_model_len takes), as vLLM's allocator counts them."""
+    full_blocks = -(-max_model_len // block_size)
+    if not (spec.num_sliding_layers and spec.num_full_layers):
+        return available // (page_bytes * spec.num_layers), full_blocks
+    # vLLM's hybrid allocator (kv_cache_utils, 0.32/0.33): layers of each type are split into groups of
+    # `group_size` layers; one block index holds one page of each of group_size layers, and a request
+    # takes its blocks from every group. A sliding group needs window - 1 + in-flight tokens (+1 block).
+    full, swa = spec.num_full_layers, spec.num_sliding_layers
+    group_size = max(full, swa) if max(full, swa) < 1.5 * min(full, swa) else min(full, swa)
+    swa_tokens = min((spec.sliding_window or max_model_len) - 1 + max_num_batched_tokens, max_model_len)
+    swa_blocks = -(-swa_tokens // block_size) + 1
+    num_blocks = available // (page_bytes * group_size)
+    blocks_per_request = -(-full // group_size) * full_blocks + -(-swa // group_size) * swa_blocks
+    return num_blocks, blocks_per_request
 
 
 # ---------------------------------------------------------------- llama.cpp's own layout
@@ -485,7 +508,7 @@ def llamacpp_layout(
         n_ctx, streams, size_base = n_ctx_seq * parallel, parallel, n_ctx_seq
     n_batch = min(n_ctx, batch)
     n_ubatch = min(n_batch, ubatch)
-    row = spec.num_kv_heads * spec.head_dim  # n_embd_k_gqa: one cell of one layer
+    row = spec.num_kv_heads * (spec.head_dim or 0)  # n_embd_k_gqa: one cell of one layer
 
     def cache(kind: str, cells: int, layers: int) -> LlamaCppCache:
         count = layers * streams * cells
@@ -498,7 +521,9 @@ def llamacpp_layout(
         if swa_full:
             size_swa = size_base
         else:
-            size_swa = _pad(min(size_base, spec.sliding_window * (parallel if kv_unified else 1) + n_ubatch), LLAMACPP_CELL_PAD)
+            size_swa = _pad(
+                min(size_base, (spec.sliding_window or size_base) * (parallel if kv_unified else 1) + n_ubatch), LLAMACPP_CELL_PAD
+            )
         caches.append(cache("swa", size_swa, spec.num_sliding_layers))
     return LlamaCppLayout(
         model=spec.name,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -70,7 +71,7 @@ class Stats:
     p99: float | None = None
 
     @classmethod
-    def of(cls, values: list[float | None]) -> Stats:
+    def of(cls, values: Sequence[float | None]) -> Stats:
         kept = [v for v in values if v is not None]
         if not kept:
             return cls()
@@ -122,7 +123,8 @@ def summarize(records: list[RequestRecord], duration_s: float, slo: SLO | None =
     errors: dict[str, int] = {}
     for r in records:
         if not r.ok:
-            errors[r.error] = errors.get(r.error, 0) + 1
+            reason = r.error or "unknown"
+            errors[reason] = errors.get(reason, 0) + 1
     summary = Summary(
         completed=len(ok),
         failed=len(records) - len(ok),

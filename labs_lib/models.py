@@ -145,8 +145,7 @@ def load_model(ref: str | ModelSpec) -> ModelSpec:
         raise BadInput(
             "model",
             ref,
-            "allowed: a catalogue id or alias (list them with `python -m labs_lib models`), "
-            "a Hugging Face config.json path, or a .gguf path",
+            "allowed: a catalogue id or alias (list them with `labs models`), a Hugging Face config.json path, or a .gguf path",
         )
     return spec
 

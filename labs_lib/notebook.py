@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import platform
 import sys
+from typing import Any
 
 from .engines.vllm import find_vllm
 from .errors import LabsError
@@ -100,14 +101,14 @@ def asked_to_show(answer: object) -> bool:
     return isinstance(answer, str) and answer.strip().lower() == SHOW
 
 
-def _against_prediction(prediction: object, expected) -> str:
+def _against_prediction(prediction: Any, expected) -> str:
     if prediction is None:
         return "No prediction written before the run (the Predict first cell): predicting first is the point."
     if _matches(prediction, expected, 0.0):
         return f"Your prediction before the run, {prediction!r}, was right."
     try:
-        value = float(prediction)  # type: ignore[arg-type]
-        target = float(expected)  # type: ignore[arg-type]
+        value = float(prediction)
+        target = float(expected)
     except (TypeError, ValueError):
         return f"Your prediction before the run was {prediction!r}; the run says {_shown(expected)}."
     ratio = value / target if target else float("inf")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 import pandas as pd
@@ -19,9 +21,9 @@ from .timing import RequestSpec
 
 KV_DTYPES = ("f16", "q8_0", "q4_0")
 # vLLM on CPU, the shipped model: weights as converted (bf16), upcast to float32, and an fp8 KV cache
-VLLM_CPU_MODELS = ({}, {"dtype": "float32"}, {"kv_cache_dtype": "fp8"})
+VLLM_CPU_MODELS: tuple[dict[str, str], ...] = ({}, {"dtype": "float32"}, {"kv_cache_dtype": "fp8"})
 # quick: one vLLM start less (about a minute on 2 cores); the weights' precision is compared on llama.cpp at quick size
-VLLM_CPU_QUICK_MODELS = ({}, {"kv_cache_dtype": "fp8"})
+VLLM_CPU_QUICK_MODELS: tuple[dict[str, str], ...] = ({}, {"kv_cache_dtype": "fp8"})
 # vLLM on a GPU: a family of configurations by name (lab 04's gpu_models). "shipped" needs no hub and no token;
 # the 7B family is ungated and downloads the sizes below (Hugging Face's file listings, 2026-12) once.
 GPU_MODEL_FAMILIES = {
@@ -87,7 +89,7 @@ async def measure_config(
     with make_engine(kind, config) as engine:
         row = {
             **label,
-            "load_s": round(engine.started_s, 2),
+            "load_s": round(engine.started_s or 0.0, 2),
             "rss_MiB": round((engine.resident_bytes() or 0) / 2**20, 1),
             **engine.allocation_summary(),
         }
@@ -126,7 +128,7 @@ def check_kv_dtypes(kv_dtypes) -> list[str]:
 
 async def compare_variants(
     variants: list[str],
-    kv_dtypes: list[str] = ("f16",),
+    kv_dtypes: Sequence[str] = ("f16",),
     *,
     reference: str = ORIGINAL,
     kv_variant: str = ORIGINAL,
@@ -188,7 +190,8 @@ async def compare_models(models: list[dict], *, settings: QuantSettings | None =
     from tqdm.auto import tqdm
 
     settings = settings or QuantSettings()
-    rows, scored = [], []
+    rows: list[dict[str, Any]] = []
+    scored: list[tuple[int, Any]] = []
     for fields in tqdm(models, desc="models", unit="config", disable=not progress):
         config = EngineConfig(**{"max_model_len": 4096, "parallel": max(settings.concurrencies) * 4, **fields})
         label = {

@@ -1,4 +1,4 @@
-"""`python -m labs_lib run`: execute the lab notebooks headlessly with papermill.
+"""`labs run`: execute the lab notebooks headlessly with papermill.
 
 Executed copies go to runs/<timestamp>/ (runs/latest points at the newest). A parameter whose
 name or value looks like a secret is refused: papermill writes every parameter into the
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .errors import BadInput, writable_path
 from .params import check_notebook, engine_name
-from .paths import NOTEBOOKS_DIR, RUNS_DIR
+from .paths import CHECKOUT_DIR, NOTEBOOKS_DIR, PROJECT_DIR, runs_dir
 from .redact import looks_like_key
 
 SECRET_NAME = re.compile(r"key|token|secret|passw|credential|auth|bearer", re.IGNORECASE)
@@ -186,8 +186,8 @@ def run_series(
     if out_dir is not None:
         out_dir = writable_path("--out", out_dir, folder=True)  # before any kernel or engine starts
     if out_dir is None:
-        out_dir = writable_path("runs folder", RUNS_DIR / datetime.now().strftime("%Y%m%d-%H%M%S"), folder=True)
-        latest = RUNS_DIR / "latest"
+        out_dir = writable_path("runs folder", runs_dir() / datetime.now().strftime("%Y%m%d-%H%M%S"), folder=True)
+        latest = out_dir.parent / "latest"
         out_dir.mkdir(parents=True, exist_ok=True)
         if latest.is_symlink() or latest.exists():
             latest.unlink()
@@ -207,7 +207,9 @@ def run_series(
                 str(output),
                 parameters=mine,
                 kernel_name="python3",
-                cwd=str(nb.parent),
+                # a checkout's notebooks run in notebooks/; an installed package's in the working directory, so
+                # that what they write (results/) lands there and never in site-packages
+                cwd=str(nb.parent if CHECKOUT_DIR else PROJECT_DIR),
                 progress_bar=False,
                 log_output=False,
                 execution_timeout=CELL_TIMEOUT_S,

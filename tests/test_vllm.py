@@ -25,6 +25,7 @@ from labs_lib.engines.vllm import (
 from labs_lib.errors import BadInput
 from labs_lib.kv_math import plan_capacity
 from labs_lib.models import ModelSpec
+from labs_lib.paths import DATA_DIR
 
 VLLM = FIXTURES / "vllm"
 HELP = (VLLM / "serve_help_all_0.33.0.txt").read_text()
@@ -198,7 +199,7 @@ def test_metrics_page_of_vllm_0_10_partial():
 def test_error_bodies_are_diagnosed():
     from labs_lib.doctor import diagnose
 
-    bodies = json.loads((VLLM / "errors_0.33.0.json").read_text())
+    bodies = json.loads((DATA_DIR / "vllm_errors_0.33.0.json").read_text())
     assert diagnose(bodies["unauthorized_401"]).code == "auth"
     assert diagnose(bodies["model_not_found_404"]).code == "model_not_found"
     assert diagnose(bodies["context_exceeded_400"]).code == "context_exceeded"

@@ -20,11 +20,11 @@ def expected() -> dict[str, str]:
     cpu = [*project["dependencies"], *extras["lab"], *extras["dev"]]
     return {
         "requirements.txt": HEADER
-        + "# Everything the CPU path needs (CI, laptops, GPU instances too), pinned by constraints.txt.\n"
+        + "# Everything the CPU path needs (CI, laptops, GPU instances too); make setup installs its hashed lock, locks/labs.txt.\n"
         + "".join(f"{r}\n" for r in cpu),
         "requirements-gpu.txt": HEADER
         + "# GPU notebook instances: vLLM on top of the CPU requirements (vLLM brings its own CUDA build of PyTorch),\n"
-        + "# pinned by constraints-gpu.txt, never by the CPU's constraints.txt:  make setup-gpu\n-r requirements.txt\n"
+        + "# installed from its hashed lock locks/gpu-linux-<machine>.txt by make setup-gpu\n-r requirements.txt\n"
         + "".join(f"{r}\n" for r in extras["gpu"]),
     }
 

@@ -1,4 +1,4 @@
-"""`python -m labs_lib …`: the command line users and tests share.
+"""`labs …` (or `python -m labs_lib …`): the command line users and tests share.
 
 One module per command; each registers its flags and imports the library only when it runs, so
 `--help` and small commands stay fast. Bad input exits 2 with one line naming the value and what
@@ -8,6 +8,7 @@ is allowed; other LabsErrors exit 1.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import warnings
 
@@ -18,7 +19,7 @@ COMMANDS = ("models", "kv", "capacity", "run", "serve", "bench", "sweep", "quant
 
 
 def build_parser() -> Parser:
-    parser = Parser(prog="python -m labs_lib", description="LLM Inference Labs command line.")
+    parser = Parser(prog="labs", description="LLM Inference Labs command line.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for name in COMMANDS:
         importlib.import_module(f"{__name__}.{name}").add_parser(sub)
@@ -44,3 +45,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `labs models | head`: the reader left; what it read is all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes stdout
+        return 0

@@ -12,7 +12,7 @@ from .common import add_target_arguments, chosen_target
 def run(args: argparse.Namespace) -> int:
     from ..bench import bench, discover_model, int_list, result_row
     from ..endpoints import Endpoint, open_endpoint
-    from ..errors import ResultsNotSaved, positive_int, positive_number, writable_path
+    from ..errors import positive_int, positive_number, writable_path
     from ..keys import read_key
     from ..load import run_blocking
 
@@ -61,39 +61,48 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out, indent=2, default=str))
     else:
-        print(
-            f"{'conc':>5} {'rate':>6} {'ok':>4} {'fail':>4} {'tok/s':>8} {'TTFT p50':>9} {'p99':>8} {'TPOT p50':>9} {'p99':>7} {'ITL p50':>8}"
-        )
-        for r in rows:
-
-            def f(v, w=8):
-                return f"{v:>{w}.1f}" if isinstance(v, (int, float)) and v is not None else f"{'-':>{w}}"
-
-            print(
-                f"{r['concurrency'] or '-'!s:>5} {r['request_rate'] or '-'!s:>6} {r['completed']:>4} {r['failed']:>4} "
-                f"{f(r['output_throughput'])} {f(r['p50_ttft_ms'], 9)} {f(r['p99_ttft_ms'])} {f(r['p50_tpot_ms'], 9)} "
-                f"{f(r['p99_tpot_ms'], 7)} {f(r['p50_itl_ms'])}"
-            )
-        for r in rows:
-            for error, count in (r["errors"] or {}).items():
-                print(f"  {count} failed: {error}")
+        _print_table(rows)
     if out_path:  # after the results are shown: a disk that says no loses the file, not the measurement
-        try:
-            out_path.write_text(json.dumps(out, indent=2, default=str))
-            for r in results:
-                r.save(
-                    out_path.with_name(
-                        f"{out_path.stem}-{'c' + str(r.settings['concurrency']) if r.settings['concurrency'] else 'rate'}"
-                    )
-                )
-        except OSError as exc:
-            raise ResultsNotSaved(f"{out_path}: {exc.strerror or exc}; the results are shown above, not saved") from None
+        _save(out_path, out, results)
     completed = sum(r["completed"] for r in rows)
     if completed == 0:
         first = next((e for r in rows for e in (r["errors"] or {})), "unknown")
         print(f"error: no request completed; first error: {first}", file=sys.stderr)
         return 1
     return 0
+
+
+def _print_table(rows: list[dict]) -> None:
+    """One line per load point: completions, throughput (tokens/s) and the latency percentiles in ms."""
+    print(
+        f"{'conc':>5} {'rate':>6} {'ok':>4} {'fail':>4} {'tok/s':>8} {'TTFT p50':>9} {'p99':>8} {'TPOT p50':>9} {'p99':>7} {'ITL p50':>8}"
+    )
+
+    def f(v, w=8):
+        return f"{v:>{w}.1f}" if isinstance(v, (int, float)) and v is not None else f"{'-':>{w}}"
+
+    for r in rows:
+        print(
+            f"{r['concurrency'] or '-'!s:>5} {r['request_rate'] or '-'!s:>6} {r['completed']:>4} {r['failed']:>4} "
+            f"{f(r['output_throughput'])} {f(r['p50_ttft_ms'], 9)} {f(r['p99_ttft_ms'])} {f(r['p50_tpot_ms'], 9)} "
+            f"{f(r['p99_tpot_ms'], 7)} {f(r['p50_itl_ms'])}"
+        )
+    for r in rows:
+        for error, count in (r["errors"] or {}).items():
+            print(f"  {count} failed: {error}")
+
+
+def _save(out_path, out: dict, results) -> None:
+    """The summary JSON at out_path, and each load point's records beside it (<stem>-c<N> or <stem>-rate)."""
+    from ..errors import ResultsNotSaved
+
+    try:
+        out_path.write_text(json.dumps(out, indent=2, default=str))
+        for r in results:
+            point = "c" + str(r.settings["concurrency"]) if r.settings["concurrency"] else "rate"
+            r.save(out_path.with_name(f"{out_path.stem}-{point}"))
+    except OSError as exc:
+        raise ResultsNotSaved(f"{out_path}: {exc.strerror or exc}; the results are shown above, not saved") from None
 
 
 def add_parser(sub) -> None:

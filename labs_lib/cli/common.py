@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Sequence
+from typing import NoReturn
 
 from ..errors import BadInput
 
 
 class Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line instead of usage + message
+    def error(self, message: str) -> NoReturn:  # one line instead of usage + message
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
@@ -22,7 +24,7 @@ def fmt_bytes(n: int | float | None) -> str:
     return f"{int(n):,} B"
 
 
-def print_table(rows: list[tuple[str, object]]) -> None:
+def print_table(rows: Sequence[tuple[str, object]]) -> None:
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"{key:<{width}}  {value}")

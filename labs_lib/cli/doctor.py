@@ -22,7 +22,7 @@ def run(args) -> int:
             raise BadInput(
                 "--endpoint",
                 "local",
-                "allowed: taotoken, vllm, or --base-url of a running server (start one with `python -m labs_lib serve`)",
+                "allowed: taotoken, vllm, or --base-url of a running server (start one with `labs serve`)",
             )
         if args.api_key_env and not os.environ.get(args.api_key_env, "").strip():
             endpoint = resolve(target, model=args.model)

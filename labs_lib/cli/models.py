@@ -14,11 +14,11 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..models import catalogue, from_catalogue
+    from ..models import catalogue, load_model
 
     rows = []
     for hf_id, entry in catalogue().items():
-        spec = from_catalogue(hf_id)
+        spec = load_model(hf_id)
         rows.append(
             {
                 "id": hf_id,

@@ -140,7 +140,7 @@ def check_reach(endpoint: Endpoint, timeout_s: float) -> list[Check]:
     checks = [Check("2 reachability: DNS", "ok", f"{host} -> {addr[0]}")]
     start = time.perf_counter()
     try:
-        with socket.create_connection((addr[0], port), timeout=timeout_s):
+        with socket.create_connection((str(addr[0]), port), timeout=timeout_s):
             pass
         checks.append(Check("2 reachability: TCP", "ok", f"connected to {what} in {(time.perf_counter() - start) * 1000:.0f} ms"))
     except OSError as exc:
@@ -189,6 +189,16 @@ def _chat(client: httpx.Client, endpoint: Endpoint, model: str | None, **body) -
     return client.post(endpoint.base_url + "/chat/completions", json=payload, headers=endpoint.headers())
 
 
+LATER_CHECKS = ("3 service answers", "4 authentication", "5 model", "6 completion", "7 streaming", "8 limits")
+
+
+def _skip_after(report: Report, last: str, reason: str) -> Report:
+    """Marks every check after `last` skipped, with the reason; returns the report."""
+    for name in LATER_CHECKS[LATER_CHECKS.index(last) + 1 :]:
+        report.checks.append(Check(name, "skipped", reason))
+    return report
+
+
 def run_doctor(endpoint: Endpoint, *, timeout_s: float = 15.0, probe_limits: bool | None = None) -> Report:
     """Every check, in order. probe_limits (default: only for loopback endpoints) sends an over-long request."""
     report = Report(endpoint.describe())
@@ -198,219 +208,230 @@ def run_doctor(endpoint: Endpoint, *, timeout_s: float = 15.0, probe_limits: boo
     add(check_proxy(endpoint))
     reach = check_reach(endpoint, min(timeout_s, 5.0))
     report.checks.extend(reach)
-    later = ("3 service answers", "4 authentication", "5 model", "6 completion", "7 streaming", "8 limits")
     if any(c.status == "fail" for c in reach) or report.checks[0].status == "fail":
-        for name in later:
+        for name in LATER_CHECKS:
             add(Check(name, "skipped", "an earlier check failed"))
         return report
     # as the SDK does: environment proxies apply. Connection: close because llama.cpp closes each connection after a
     # streamed response while advertising keep-alive, so a reused pooled connection can be dead.
     with httpx.Client(timeout=timeout_s, trust_env=True, headers={"Connection": "close"}) as client:
-        health = None
-        with contextlib.suppress(httpx.HTTPError):
-            health = client.get(endpoint.root_url + "/health")
-        resp, error = _models(client, endpoint)
-        if resp is None:
-            d = diagnose(error)
-            add(Check("3 service answers", "fail", redact(error), d.cause, d.fix))
-            for name in later[1:]:
-                add(Check(name, "skipped", "the service did not answer"))
+        models_resp = _service_checks(client, endpoint, report)
+        if models_resp is None:
             return report
-        health_note = f"; /health {health.status_code}" if health is not None and health.status_code != 404 else ""
-        if resp.status_code == 404:
-            add(
-                Check.from_rule(
-                    "3 service answers", "fail", "base_url_path", f"GET {endpoint.base_url}/models -> " + _short(resp)
-                )
-            )
-            for name in later[1:]:
-                add(Check(name, "skipped", "the base URL's path does not exist"))
-            return report
-        status3 = "ok" if resp.status_code in (200, 401, 403) else "warn"
-        add(
-            Check(
-                "3 service answers",
-                status3,
-                f"GET /models -> HTTP {resp.status_code}{health_note}",
-                "" if status3 == "ok" else RULES["server_error"][0],
-                "" if status3 == "ok" else RULES["server_error"][1],
-            )
-        )
-        if resp.status_code in (401, 403):
-            code = "auth" if resp.status_code == 401 else "forbidden"
-            add(Check.from_rule("4 authentication", "fail", code, f"key {endpoint.masked_key} -> " + _short(resp)))
-            for name in later[2:]:
-                add(Check(name, "skipped", "not authenticated"))
-            return report
-        add(Check("4 authentication", "ok", f"key {endpoint.masked_key} accepted" if endpoint.api_key else "no key needed"))
-        ids = _model_ids(resp)
-        model = endpoint.model
-        if model is None:
-            add(
-                Check(
-                    "5 model",
-                    "warn",
-                    f"no model given; the server lists {ids[:5]}",
-                    "requests without a model id fail on most services",
-                    f"pass --model (e.g. {ids[0] if ids else 'an id from /v1/models'})",
-                )
-            )
-            model = ids[0] if ids else None
-        elif model in ids:
-            add(Check("5 model", "ok", f"{model!r} is listed by /models"))
-        else:
-            probe = _chat(client, endpoint, model)
-            near = difflib.get_close_matches(model, ids, n=3, cutoff=0.3) or ids[:3]
-            if probe.status_code == 200:
-                served = probe.json().get("model")
-                add(
-                    Check(
-                        "5 model",
-                        "warn",
-                        f"{model!r} is not listed ({ids[:5]}), yet the server answered 200 with model {served!r}",
-                        "this server ignores unknown model names and serves its one model (llama.cpp does); vLLM and TaoToken answer 404",
-                        f"use a listed id: {', '.join(near)}",
-                    )
-                )
-            else:
-                d = diagnose(_short(probe))
-                add(
-                    Check(
-                        "5 model",
-                        "fail",
-                        f"{model!r} is not listed; a request with it -> {_short(probe)}",
-                        RULES["model_not_found"][0],
-                        f"use one of: {', '.join(near)}" if near else d.fix,
-                    )
-                )
-                for name in later[3:]:
-                    add(Check(name, "skipped", "the model does not exist"))
-                return report
-        _completion_checks(
-            client, endpoint, model, resp, report, probe_limits if probe_limits is not None else endpoint.is_loopback
-        )
+        found, model = _model_check(client, endpoint, models_resp, report)
+        if not found:
+            return _skip_after(report, "5 model", "the model does not exist")
+        add(_completion_check(client, endpoint, model))
+        add(_streaming_check(client, endpoint, model))
+        limits = probe_limits if probe_limits is not None else endpoint.is_loopback
+        add(_limits_check(client, endpoint, model, _context_length(models_resp, model), limits))
     return report
 
 
-def _completion_checks(client, endpoint: Endpoint, model: str | None, models_resp, report: Report, probe_limits: bool) -> None:
+def _service_checks(client: httpx.Client, endpoint: Endpoint, report: Report) -> httpx.Response | None:
+    """Checks 3 (the service answers GET /models) and 4 (authentication); the /models response, or None to stop."""
     add = report.checks.append
+    health = None
+    with contextlib.suppress(httpx.HTTPError):
+        health = client.get(endpoint.root_url + "/health")
+    resp, error = _models(client, endpoint)
+    if resp is None:
+        d = diagnose(error)
+        add(Check("3 service answers", "fail", redact(error), d.cause, d.fix))
+        _skip_after(report, "3 service answers", "the service did not answer")
+        return None
+    health_note = f"; /health {health.status_code}" if health is not None and health.status_code != 404 else ""
+    if resp.status_code == 404:
+        add(Check.from_rule("3 service answers", "fail", "base_url_path", f"GET {endpoint.base_url}/models -> " + _short(resp)))
+        _skip_after(report, "3 service answers", "the base URL's path does not exist")
+        return None
+    status3 = "ok" if resp.status_code in (200, 401, 403) else "warn"
+    add(
+        Check(
+            "3 service answers",
+            status3,
+            f"GET /models -> HTTP {resp.status_code}{health_note}",
+            "" if status3 == "ok" else RULES["server_error"][0],
+            "" if status3 == "ok" else RULES["server_error"][1],
+        )
+    )
+    if resp.status_code in (401, 403):
+        code = "auth" if resp.status_code == 401 else "forbidden"
+        add(Check.from_rule("4 authentication", "fail", code, f"key {endpoint.masked_key} -> " + _short(resp)))
+        _skip_after(report, "4 authentication", "not authenticated")
+        return None
+    add(Check("4 authentication", "ok", f"key {endpoint.masked_key} accepted" if endpoint.api_key else "no key needed"))
+    return resp
+
+
+def _model_check(
+    client: httpx.Client, endpoint: Endpoint, models_resp: httpx.Response, report: Report
+) -> tuple[bool, str | None]:
+    """Check 5: the model is listed (or the server serves it anyway). (found, the model id later checks use)."""
+    add = report.checks.append
+    ids = _model_ids(models_resp)
+    model = endpoint.model
+    if model is None:
+        add(
+            Check(
+                "5 model",
+                "warn",
+                f"no model given; the server lists {ids[:5]}",
+                "requests without a model id fail on most services",
+                f"pass --model (e.g. {ids[0] if ids else 'an id from /v1/models'})",
+            )
+        )
+        return True, ids[0] if ids else None
+    if model in ids:
+        add(Check("5 model", "ok", f"{model!r} is listed by /models"))
+        return True, model
+    probe = _chat(client, endpoint, model)
+    near = difflib.get_close_matches(model, ids, n=3, cutoff=0.3) or ids[:3]
+    if probe.status_code == 200:
+        served = probe.json().get("model")
+        add(
+            Check(
+                "5 model",
+                "warn",
+                f"{model!r} is not listed ({ids[:5]}), yet the server answered 200 with model {served!r}",
+                "this server ignores unknown model names and serves its one model (llama.cpp does); vLLM and TaoToken answer 404",
+                f"use a listed id: {', '.join(near)}",
+            )
+        )
+        return True, model
+    d = diagnose(_short(probe))
+    add(
+        Check(
+            "5 model",
+            "fail",
+            f"{model!r} is not listed; a request with it -> {_short(probe)}",
+            RULES["model_not_found"][0],
+            f"use one of: {', '.join(near)}" if near else d.fix,
+        )
+    )
+    return False, model
+
+
+def _completion_check(client: httpx.Client, endpoint: Endpoint, model: str | None) -> Check:
+    """Check 6: a tiny non-streamed completion, with its usage block."""
     try:
         r = _chat(client, endpoint, model)
     except httpx.HTTPError as exc:
         d = diagnose(exc)
-        add(Check("6 completion", "fail", redact(f"{type(exc).__name__}: {exc}"), d.cause, d.fix))
-        return
+        return Check("6 completion", "fail", redact(f"{type(exc).__name__}: {exc}"), d.cause, d.fix)
     if r.status_code != 200:
         d = diagnose(_short(r))
-        add(Check("6 completion", "fail", _short(r), d.cause, d.fix))
-    else:
-        body = r.json()
-        choices = body.get("choices") or []
-        if not choices:
-            add(Check.from_rule("6 completion", "fail", "choices_missing", json.dumps(body)[:200]))
-        else:
-            finish = choices[0].get("finish_reason")
-            text = (choices[0].get("message") or {}).get("content") or ""
-            usage = body.get("usage") or {}
-            note = "" if usage else "; no usage block"
-            add(
-                Check(
-                    "6 completion",
-                    "ok" if usage else "warn",
-                    f"choices[0].message.content={text[:40]!r}, finish_reason={finish!r}, usage={usage.get('prompt_tokens')}+{usage.get('completion_tokens')}{note}",
-                    "" if usage else "the server reports no token usage",
-                    "" if usage else "count tokens another way (lab 02)",
-                )
-            )
+        return Check("6 completion", "fail", _short(r), d.cause, d.fix)
+    body = r.json()
+    choices = body.get("choices") or []
+    if not choices:
+        return Check.from_rule("6 completion", "fail", "choices_missing", json.dumps(body)[:200])
+    finish = choices[0].get("finish_reason")
+    text = (choices[0].get("message") or {}).get("content") or ""
+    usage = body.get("usage") or {}
+    note = "" if usage else "; no usage block"
+    return Check(
+        "6 completion",
+        "ok" if usage else "warn",
+        f"choices[0].message.content={text[:40]!r}, finish_reason={finish!r}, usage={usage.get('prompt_tokens')}+{usage.get('completion_tokens')}{note}",
+        "" if usage else "the server reports no token usage",
+        "" if usage else "count tokens another way (lab 02)",
+    )
+
+
+def _streaming_check(client: httpx.Client, endpoint: Endpoint, model: str | None) -> Check:
+    """Check 7: a tiny stream, its SSE events counted by kind (role, content, usage, [DONE])."""
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": "Count to five."}],
+        "max_tokens": 8,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     try:
-        lines, kinds = [], {"role": 0, "content": 0, "usage": 0, "done": 0}
-        body = {
-            "model": model,
-            "messages": [{"role": "user", "content": "Count to five."}],
-            "max_tokens": 8,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
         with client.stream("POST", endpoint.base_url + "/chat/completions", json=body, headers=endpoint.headers()) as s:
             ctype = s.headers.get("content-type", "")
             if s.status_code != 200:
                 s.read()
                 d = diagnose(_short(s))
-                add(Check("7 streaming", "fail", _short(s), d.cause, d.fix))
-            elif "event-stream" not in ctype:
+                return Check("7 streaming", "fail", _short(s), d.cause, d.fix)
+            if "event-stream" not in ctype:
                 s.read()
-                add(Check.from_rule("7 streaming", "fail", "stream_as_json", f"stream=true answered with content-type {ctype!r}"))
-            else:
-                for line in s.iter_lines():
-                    obj = sse.payload(line)
-                    if obj is None:
-                        continue
-                    lines.append(line)
-                    if obj == sse.DONE:
-                        kinds["done"] += 1
-                        continue
-                    if not isinstance(obj, dict):
-                        raise ValueError(f"stream chunk is not a JSON object: {line[:80]!r}")
-                    if obj.get("usage") and not obj.get("choices"):
-                        kinds["usage"] += 1
-                    for ch in obj.get("choices") or []:
-                        delta = ch.get("delta") or {}
-                        kinds["role"] += bool(delta.get("role"))
-                        kinds["content"] += bool(delta.get("content"))
-                ok = kinds["content"] > 0 and kinds["done"] == 1
-                add(
-                    Check(
-                        "7 streaming",
-                        "ok" if ok and kinds["usage"] else ("warn" if ok else "fail"),
-                        f"{len(lines)} SSE events: role chunk {kinds['role']}, content chunks {kinds['content']}, usage chunk {kinds['usage']}, [DONE] {kinds['done']}",
-                        ""
-                        if ok and kinds["usage"]
-                        else (RULES["stream_cut"][0] if not ok else "no usage chunk: the server ignores stream_options"),
-                        ""
-                        if ok and kinds["usage"]
-                        else (RULES["stream_cut"][1] if not ok else "count token-bearing chunks, marked estimated"),
-                    )
+                return Check.from_rule(
+                    "7 streaming", "fail", "stream_as_json", f"stream=true answered with content-type {ctype!r}"
                 )
+            events, kinds = _count_stream_events(s.iter_lines())
     except (httpx.HTTPError, ValueError) as exc:
         d = diagnose(exc)
-        add(Check("7 streaming", "fail", redact(f"{type(exc).__name__}: {exc}"), d.cause, d.fix))
-    ctx = _context_length(models_resp, model)
-    if not probe_limits:
-        add(
-            Check(
-                "8 limits",
-                "ok" if ctx else "skipped",
-                f"context length {ctx:,} tokens per request (reported by /models); over-long request not sent to a remote service"
-                if ctx
-                else "the service reports no context length; over-long request not sent to a remote service",
-            )
+        return Check("7 streaming", "fail", redact(f"{type(exc).__name__}: {exc}"), d.cause, d.fix)
+    ok = kinds["content"] > 0 and kinds["done"] == 1
+    complete = ok and kinds["usage"]
+    cause, fix = (
+        RULES["stream_cut"]
+        if not ok
+        else ("no usage chunk: the server ignores stream_options", "count token-bearing chunks, marked estimated")
+    )
+    return Check(
+        "7 streaming",
+        "ok" if complete else ("warn" if ok else "fail"),
+        f"{events} SSE events: role chunk {kinds['role']}, content chunks {kinds['content']}, usage chunk {kinds['usage']}, [DONE] {kinds['done']}",
+        "" if complete else cause,
+        "" if complete else fix,
+    )
+
+
+def _count_stream_events(lines) -> tuple[int, dict[str, int]]:
+    """(SSE data events, counts by kind); ValueError on a chunk that is not a JSON object."""
+    events, kinds = 0, {"role": 0, "content": 0, "usage": 0, "done": 0}
+    for line in lines:
+        obj = sse.payload(line)
+        if obj is None:
+            continue
+        events += 1
+        if obj == sse.DONE:
+            kinds["done"] += 1
+            continue
+        if not isinstance(obj, dict):
+            raise ValueError(f"stream chunk is not a JSON object: {line[:80]!r}")
+        if obj.get("usage") and not obj.get("choices"):
+            kinds["usage"] += 1
+        for ch in obj.get("choices") or []:
+            delta = ch.get("delta") or {}
+            kinds["role"] += bool(delta.get("role"))
+            kinds["content"] += bool(delta.get("content"))
+    return events, kinds
+
+
+def _limits_check(client: httpx.Client, endpoint: Endpoint, model: str | None, ctx: int | None, probe: bool) -> Check:
+    """Check 8: the context length; with probe, an over-long request must be refused with HTTP 400."""
+    if not probe:
+        return Check(
+            "8 limits",
+            "ok" if ctx else "skipped",
+            f"context length {ctx:,} tokens per request (reported by /models); over-long request not sent to a remote service"
+            if ctx
+            else "the service reports no context length; over-long request not sent to a remote service",
         )
-        return
     if not ctx:
-        add(Check("8 limits", "skipped", "the service reports no context length"))
-        return
+        return Check("8 limits", "skipped", "the service reports no context length")
     try:
         r = _chat(client, endpoint, model, content="word " * (ctx + 64), max_tokens=4)
     except httpx.HTTPError as exc:
-        add(
-            Check(
-                "8 limits",
-                "warn",
-                redact(f"{type(exc).__name__}: {exc}"),
-                "an over-long request broke the connection",
-                "check the server log",
-            )
+        return Check(
+            "8 limits",
+            "warn",
+            redact(f"{type(exc).__name__}: {exc}"),
+            "an over-long request broke the connection",
+            "check the server log",
         )
-        return
     if r.status_code == 400:
-        add(Check("8 limits", "ok", f"context length {ctx:,} tokens per request; a {ctx + 64:,}-word prompt -> {_short(r, 200)}"))
-    else:
-        add(
-            Check(
-                "8 limits",
-                "warn",
-                f"context length {ctx:,}; a longer prompt -> HTTP {r.status_code}",
-                "the server accepted a prompt longer than its context: it truncates or shifts context silently",
-                "keep prompt + max_tokens under the context length yourself",
-            )
+        return Check(
+            "8 limits", "ok", f"context length {ctx:,} tokens per request; a {ctx + 64:,}-word prompt -> {_short(r, 200)}"
         )
+    return Check(
+        "8 limits",
+        "warn",
+        f"context length {ctx:,}; a longer prompt -> HTTP {r.status_code}",
+        "the server accepted a prompt longer than its context: it truncates or shifts context silently",
+        "keep prompt + max_tokens under the context length yourself",
+    )

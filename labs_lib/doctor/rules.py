@@ -2,7 +2,7 @@
 
 Takes an exception the openai SDK, httpx or user code raised, an error body (dict or JSON text),
 a harness record's error string, or a finish_reason, and returns a Diagnosis: a short code, the
-cause, the fix, and the evidence (keys masked). `python -m labs_lib doctor` uses the same
+cause, the fix, and the evidence (keys masked). `labs doctor` uses the same
 vocabulary.
 """
 
@@ -43,7 +43,7 @@ RULES: dict[str, tuple[str, str]] = {
     ),
     "connection_refused": (
         "nothing is listening at that host and port: the server is not running, or the port is wrong.",
-        "start the server (python -m labs_lib serve, vllm serve …) and check the port in the base URL.",
+        "start the server (labs serve, vllm serve …) and check the port in the base URL.",
     ),
     "proxy": (
         "the request went to an HTTP proxy from the environment (HTTP_PROXY/HTTPS_PROXY/ALL_PROXY) that failed or is not running.",
@@ -135,7 +135,8 @@ def proxy_for(url: str) -> str | None:
     if not proxy:
         return None
     host = parts.hostname + (f":{parts.port}" if parts.port else "")
-    return None if urllib.request.proxy_bypass_environment(host, proxies) else proxy
+    bypass = urllib.request.proxy_bypass_environment(host, proxies)  # type: ignore[attr-defined]  # public, untyped in typeshed
+    return None if bypass else proxy
 
 
 def _request_url(exc: BaseException) -> str:
@@ -261,7 +262,7 @@ def _diagnose_exception(exc: BaseException) -> Diagnosis:
     chain = [exc]
     while chain[-1].__cause__ is not None or chain[-1].__context__ is not None:
         nxt = chain[-1].__cause__ or chain[-1].__context__
-        if nxt in chain:
+        if nxt is None or nxt in chain:
             break
         chain.append(nxt)
     full = " | ".join(f"{type(e).__name__}: {e}" for e in chain)

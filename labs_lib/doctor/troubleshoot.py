@@ -69,7 +69,7 @@ def time_to_error_figure(outcomes: list[Outcome]):
         ax.text(
             max(o.elapsed_s * 1000, 0.1),
             y,
-            f" {o.elapsed_s * 1000:,.0f} ms" + ("" if o.ok else f"  {o.diagnosis.code}"),
+            f" {o.elapsed_s * 1000:,.0f} ms" + ("" if o.ok or o.diagnosis is None else f"  {o.diagnosis.code}"),
             va="center",
             fontsize=8,
         )

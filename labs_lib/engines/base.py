@@ -20,7 +20,7 @@ import time
 import weakref
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar, Self
 
 import httpx
 
@@ -175,7 +175,7 @@ class Engine:
     SERVE_OPTIONS: ClassVar[dict[str, str]] = {}
 
     @classmethod
-    def serve_config(cls, options: dict[str, object], **common) -> EngineConfig:
+    def serve_config(cls, options: dict[str, Any], **common) -> EngineConfig:
         """The configuration `serve` starts from the options given (keys of SERVE_OPTIONS) and the common fields."""
         return EngineConfig(**common, **{cls.SERVE_OPTIONS[name]: value for name, value in options.items()})
 
@@ -249,7 +249,7 @@ class Engine:
     def is_running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def start(self, timeout_s: float = 120.0) -> Engine:
+    def start(self, timeout_s: float = 120.0) -> Self:
         if self.is_running():
             return self
         self.port = self.config.port or free_port(self.config.host)
@@ -261,7 +261,7 @@ class Engine:
         started = time.perf_counter()
         with open(self.log_path, "wb") as log:
             # the child watches for this PID to stop being its parent (guard.expected_parent)
-            self.proc = subprocess.Popen(
+            self.proc = proc = subprocess.Popen(
                 argv,
                 stdin=subprocess.PIPE,
                 stdout=log,
@@ -272,9 +272,10 @@ class Engine:
         self._finalizer = weakref.finalize(self, _terminate_group, self.proc)
         try:
             with contextlib.suppress(BrokenPipeError):  # a child that died at once: _wait_ready reports why
-                if stdin is not None:
-                    self.proc.stdin.write(stdin)
-                self.proc.stdin.close()
+                if proc.stdin is not None:  # always: stdin=PIPE
+                    if stdin is not None:
+                        proc.stdin.write(stdin)
+                    proc.stdin.close()
             self._wait_ready(timeout_s)
         except BaseException:
             self.stop()
@@ -289,7 +290,7 @@ class Engine:
         deadline = time.monotonic() + timeout_s
         with httpx.Client(timeout=2.0, trust_env=False) as client:
             while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
+                if self.proc is None or self.proc.poll() is not None:
                     raise EngineError(f"{self.kind} failed to start: {self._start_error(self.log_text())} (log: {self.log_path})")
                 with contextlib.suppress(httpx.HTTPError):
                     if client.get(self.root_url + self.health_path).status_code == 200:
@@ -318,7 +319,7 @@ class Engine:
         """Resident memory of the engine process and its children (bytes)."""
         import psutil
 
-        if not self.is_running():
+        if self.proc is None or not self.is_running():
             return None
         try:
             root = psutil.Process(self.proc.pid)

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from .registry import engine_class
+
+if TYPE_CHECKING:
+    from .base import Engine
 
 
 def parse_metrics(text: str) -> dict[str, float]:
@@ -28,12 +33,10 @@ def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]
     return {name: value - before.get(name, 0.0) for name, value in after.items()}
 
 
-def token_counts(d: dict[str, float], engine: str = "llamacpp") -> dict[str, int]:
+def token_counts(d: dict[str, float], engine: str | type[Engine] | Engine = "llamacpp") -> dict[str, int]:
     """Prompt tokens (cached included), cached prompt tokens and output tokens an engine counted,
     from a delta of two scrapes. `engine`: a kind, or an engine (class or instance) naming its counters."""
-    if isinstance(engine, str):
-        engine = engine_class(engine)
-    names = engine.counters
+    names = (engine_class(engine) if isinstance(engine, str) else engine).counters
     cached = d.get(names.cached, 0.0)
     prompt = d.get(names.prompt, 0.0) + (0.0 if names.prompt_includes_cached else cached)
     return {

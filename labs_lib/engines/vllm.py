@@ -23,14 +23,14 @@ import numpy as np
 from ..errors import BadInput, EngineError, LabsError
 from ..gpu import GPUProcess, GPUReading, gpu_processes, read_gpus
 from ..keys import read_key
-from ..paths import DATA_DIR, REPO_DIR, cache_dir
+from ..paths import DATA_DIR, PROJECT_DIR, cache_dir
 from ..quality import TOP_K, Scores
 from . import guard
 from .base import Engine, EngineConfig, TokenCounters
 from .model_files import build_hf_model, hf_model_dir
 
 REFERENCE_VERSION = "0.33.0"
-VLLM_VENV = REPO_DIR / ".venv-vllm"  # make setup-vllm
+VLLM_VENV = PROJECT_DIR / ".venv-vllm"  # make setup-vllm (in the checkout, or where an installed `labs` runs)
 SERVED_NAME = "gemma-3-270m"  # the id both engines serve the shipped model under
 CPU_KV_CACHE_GIB = 1.0  # the KV pool vLLM on CPU gets unless told otherwise
 _FLAG = re.compile(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)")
@@ -146,7 +146,7 @@ def serve_args(config: EngineConfig, port: int | None = None) -> list[str]:
     found = find_vllm()
     shipped = not config.model
     model = str(hf_model_dir()) if shipped else config.model
-    args = ["serve", model, "--host", config.host, "--port", str(port or config.port or 8000)]
+    args: list[str] = ["serve", str(model), "--host", config.host, "--port", str(port or config.port or 8000)]
     if shipped:  # the shipped Gemma 3 270M, under the same id as on llama.cpp
         args += [
             "--served-model-name",
@@ -379,8 +379,8 @@ def first_error(text: str) -> str:
     error-looking line."""
     for line in text.splitlines():
         m = _EXCEPTION.search(line)
-        raised = m and ("ERROR" in line or line.lstrip().startswith(m.group(1)))  # not a WARNING that names one
-        if raised and not any(w in line for w in _WRAPPERS):
+        raised = m is not None and ("ERROR" in line or line.lstrip().startswith(m.group(1)))  # not a WARNING naming one
+        if m is not None and raised and not any(w in line for w in _WRAPPERS):
             return f"{m.group(1)}: {m.group(2).strip()}"[:400]
     candidates = [
         ln.strip()

@@ -34,7 +34,7 @@ import pandas as pd
 import yaml
 
 from .endpoints import endpoint_for
-from .engines import KINDS, EngineConfig, engine_class, make_engine
+from .engines import KINDS, Engine, EngineConfig, engine_class, make_engine
 from .engines.metrics import delta, scrape
 from .errors import BadInput, LabsError, ResultsNotSaved, positive_int, positive_number, read_user_file, writable_path
 from .gpu import read_gpus
@@ -363,6 +363,93 @@ async def _run_point(engine, kind: str, point: Point, slo: SLO | None, timeout_s
     return row
 
 
+class KeptEngine:
+    """At most one running engine, kept between sweeps for the next grid that starts the same configuration.
+
+    Lab 03's quick vLLM grids save one vLLM start this way (kv_pool's 0.25 GiB pool is batching's max_num_seqs 8).
+    Use it as a context manager, or call close(): the engine is stopped then, or when a different configuration
+    is asked for, or (as every engine) when the Python process ends."""
+
+    def __init__(self) -> None:
+        self._held: tuple[str, EngineConfig, Engine] | None = None
+
+    def holds(self, kind: str, config: EngineConfig) -> bool:
+        held = self._held
+        return held is not None and held[0] == kind and held[1] == config and held[2].is_running()
+
+    def take(self, kind: str, config: EngineConfig) -> Engine | None:
+        """The kept engine when it runs this configuration (it is the caller's then); else None, and it is stopped."""
+        held, self._held = self._held, None
+        if held is None:
+            return None
+        if held[0] == kind and held[1] == config and held[2].is_running():
+            return held[2]
+        held[2].stop()
+        return None
+
+    def hold(self, kind: str, config: EngineConfig, engine: Engine) -> bool:
+        """Keep `engine` for the next sweep (any engine held before is stopped); True."""
+        self.close()
+        self._held = (kind, config, engine)
+        return True
+
+    def close(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            held[2].stop()
+
+    def __enter__(self) -> KeptEngine:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+async def _point_row(
+    engine: Engine, grid: Grid, point: Point, start_error: str | None, reused: bool, slo: SLO | None, timeout_s: float
+) -> dict:
+    """One results row: the point measured on `engine`, or failed with its reason (failures are data)."""
+    row = {
+        "schema": SCHEMA,
+        "point_id": point.point_id(grid.engine),
+        "grid": grid.name,
+        "engine": grid.engine,
+        "config": point.config,
+        "workload": asdict(point.workload) if point.workload else None,
+        "level": point.level,
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "status": "ok",
+        "error": None,
+        "log_tail": None,
+        "engine_start_s": engine.started_s,
+        "engine_reused": reused,  # kept running from the previous grid (same configuration)
+    }
+    if start_error:
+        row |= {
+            "status": "failed",
+            "error": f"engine did not start: {start_error}",
+            "log_tail": engine.log_tail(15),
+        }
+    else:
+        try:
+            row |= await _run_point(engine, grid.engine, point, slo, timeout_s)
+        except TimeoutError:
+            row |= {
+                "status": "failed",
+                "error": f"point timed out after {timeout_s:.0f} s",
+                "log_tail": engine.log_tail(15),
+            }
+        except LabsError as exc:
+            row |= {"status": "failed", "error": str(exc), "log_tail": engine.log_tail(15)}
+        if row["status"] == "ok" and not engine.is_running():
+            row |= {
+                "status": "failed",
+                "error": "the engine died during the point",
+                "log_tail": engine.log_tail(15),
+            }
+    return row
+
+
 async def run_sweep(
     grid: Grid,
     out_path: str | Path,
@@ -371,8 +458,13 @@ async def run_sweep(
     point_timeout_s: float = 900.0,
     start_timeout_s: float | None = None,
     progress: bool = True,
+    keep: KeptEngine | None = None,
 ) -> pd.DataFrame:
-    """Run every point not already in out_path; returns all results as a DataFrame."""
+    """Run every point not already in out_path; returns all results as a DataFrame.
+
+    With `keep`, an engine kept running by the previous sweep serves this grid's points of the same configuration
+    (as one engine serves all the workloads of one configuration), and this sweep's last engine is kept for the
+    next; `keep.close()` (or `with KeptEngine() as keep`) stops it."""
     from tqdm.auto import tqdm
 
     out_path = writable_path("results file", out_path)  # before any engine starts
@@ -382,60 +474,32 @@ async def run_sweep(
     by_config: dict[str, list[Point]] = {}
     for p in points:
         by_config.setdefault(json.dumps(p.config, sort_keys=True, default=str), []).append(p)
+    groups = [(EngineConfig(**pending[0].config), pending) for pending in by_config.values()]
+    if keep is not None:  # the configuration of the engine kept running goes first; it is handed on after the last
+        groups.sort(key=lambda group: not keep.holds(grid.engine, group[0]))
     try:  # the bar ends before any error is printed, so the error is a line of its own
-        for pending in by_config.values():
-            config = EngineConfig(**pending[0].config)
-            engine = make_engine(grid.engine, config)
-            try:
-                engine.start(**({"timeout_s": start_timeout_s} if start_timeout_s else {}))
-                start_error = None
-            except (LabsError, OSError) as exc:
-                start_error = str(exc)
+        for i, (config, pending) in enumerate(groups):
+            engine = keep.take(grid.engine, config) if keep is not None else None
+            reused, start_error = engine is not None, None
+            if engine is None:
+                engine = make_engine(grid.engine, config)
+                try:
+                    engine.start(**({"timeout_s": start_timeout_s} if start_timeout_s else {}))
+                except (LabsError, OSError) as exc:
+                    start_error = str(exc)
+            handed_on = False
             try:
                 for point in pending:
-                    row = {
-                        "schema": SCHEMA,
-                        "point_id": point.point_id(grid.engine),
-                        "grid": grid.name,
-                        "engine": grid.engine,
-                        "config": point.config,
-                        "workload": asdict(point.workload) if point.workload else None,
-                        "level": point.level,
-                        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                        "status": "ok",
-                        "error": None,
-                        "log_tail": None,
-                        "engine_start_s": engine.started_s,
-                    }
                     t0 = time.perf_counter()
-                    if start_error:
-                        row |= {
-                            "status": "failed",
-                            "error": f"engine did not start: {start_error}",
-                            "log_tail": engine.log_tail(15),
-                        }
-                    else:
-                        try:
-                            row |= await _run_point(engine, grid.engine, point, slo, point_timeout_s)
-                        except TimeoutError:
-                            row |= {
-                                "status": "failed",
-                                "error": f"point timed out after {point_timeout_s:.0f} s",
-                                "log_tail": engine.log_tail(15),
-                            }
-                        except LabsError as exc:
-                            row |= {"status": "failed", "error": str(exc), "log_tail": engine.log_tail(15)}
-                        if row["status"] == "ok" and not engine.is_running():
-                            row |= {
-                                "status": "failed",
-                                "error": "the engine died during the point",
-                                "log_tail": engine.log_tail(15),
-                            }
+                    row = await _point_row(engine, grid, point, start_error, reused, slo, point_timeout_s)
                     row["wall_s"] = round(time.perf_counter() - t0, 3)
                     append_row(out_path, row)
                     bar.update(1)
+                if keep is not None and i == len(groups) - 1 and start_error is None and engine.is_running():
+                    handed_on = keep.hold(grid.engine, config, engine)
             finally:
-                engine.stop()
+                if not handed_on:
+                    engine.stop()
     finally:
         bar.close()
     return load_results(out_path)

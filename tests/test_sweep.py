@@ -137,6 +137,31 @@ def test_sweep_runs_writes_rows_and_resumes(tmp_path):
 
 
 @pytest.mark.engine
+def test_a_kept_engine_serves_the_next_grid_of_its_configuration_and_stops_at_close(tmp_path):
+    """Lab 03's saving: the first grid's last engine serves the second grid's points of the same configuration
+    (that configuration first), a different configuration stops it, and close() stops the last one."""
+    from labs_lib.sweep import KeptEngine
+
+    first = load_grid({**TINY, "name": "first", "axes": {"parallel": [1, 2]}})
+    second = load_grid({**TINY, "name": "second", "axes": {"parallel": [1, 2]}})  # parallel 2 first: it is kept
+    before = launchers()
+    with KeptEngine() as kept:
+        a = run_blocking(run_sweep(first, tmp_path / "a.jsonl", progress=False, keep=kept))
+        assert len(launchers() - before) == 1, "the last engine of the first grid keeps running"
+        b = run_blocking(run_sweep(second, tmp_path / "b.jsonl", progress=False, keep=kept))
+        assert (a["status"] == "ok").all() and (b["status"] == "ok").all()
+        assert not a["engine_reused"].any()
+        assert list(b["config.parallel"]) == [2, 2, 1, 1], "the kept configuration runs first"
+        assert list(b["engine_reused"]) == [True, True, False, False]
+        assert (b["summary.completed"] == 2).all()
+        assert len(launchers() - before) == 1, "the parallel-1 engine is kept now, the parallel-2 one stopped"
+    deadline = time.monotonic() + 60
+    while launchers() - before and time.monotonic() < deadline:  # stop() waits for the group; /proc may lag
+        time.sleep(0.1)
+    assert not launchers() - before, "close() leaves no engine running"
+
+
+@pytest.mark.engine
 def test_a_configuration_that_cannot_start_becomes_rows_and_the_sweep_goes_on(tmp_path):
     grid = load_grid({**TINY, "axes": {}, "variants": [{"kv_cache_dtype": "q8_0", "flash_attention": False}, {"parallel": 1}]})
     df = run_blocking(run_sweep(grid, tmp_path / "f.jsonl", progress=False))

@@ -16,6 +16,8 @@ def run(args: argparse.Namespace) -> int:
     from ..keys import read_key
     from ..load import run_blocking
 
+    if args.import_vllm_result:
+        return _show_vllm_result(args)
     target = chosen_target(args)
     concurrency = int_list("--concurrency", args.concurrency) if args.concurrency else None
     rate = positive_number("--rate", args.rate) if args.rate is not None else None
@@ -72,6 +74,21 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _show_vllm_result(args: argparse.Namespace) -> int:
+    """A `vllm bench serve --save-result` file in this command's own table (or JSON): vLLM's client beside the labs'."""
+    from ..vllm_interop import read_bench_result
+
+    row = read_bench_result(args.import_vllm_result)
+    client, model = row.pop("client"), row.pop("model")
+    out = {"endpoint": f"{client} ({model})", "settings": {"file": args.import_vllm_result}, "results": [row]}
+    if args.json:
+        print(json.dumps(out, indent=2, default=str))
+    else:
+        print(f"{out['endpoint']}: {args.import_vllm_result}")
+        _print_table([row])
+    return 0
+
+
 def _print_table(rows: list[dict]) -> None:
     """One line per load point: completions, throughput (tokens/s) and the latency percentiles in ms."""
     print(
@@ -120,4 +137,9 @@ def add_parser(sub) -> None:
     p.add_argument("--engine", default="auto", help="for --endpoint local: auto, llamacpp or vllm")
     p.add_argument("--out", help="write results: FILE.json plus one CSV of requests per level")
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--import-vllm-result",
+        metavar="FILE",
+        help="show a `vllm bench serve --save-result` file in this table instead of measuring",
+    )
     p.set_defaults(func=run)

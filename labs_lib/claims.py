@@ -267,7 +267,7 @@ def _utilization_rows() -> list[dict]:
 
 
 def _paged_row(seed: int) -> dict:
-    lengths = _example_lengths(seed)
+    lengths = example_lengths(seed)
     util = allocation_utilization(lengths, max_len=4096, block_size=16)
     return row(
         "s003-paged-utilization",
@@ -278,7 +278,7 @@ def _paged_row(seed: int) -> dict:
     )
 
 
-def _example_lengths(seed: int = 0, n: int = 1000) -> list[int]:
+def example_lengths(seed: int = 0, n: int = 1000) -> list[int]:
     """A chat-like length mix: log-normal, median 512 tokens, capped at 4,096."""
     rng = np.random.default_rng(seed)
     return [int(x) for x in np.clip(rng.lognormal(np.log(512), 0.8, n), 16, 4096)]

@@ -230,6 +230,18 @@ def test_no_import_cycles():
             visit(node, [node])
 
 
+def test_notebooks_import_only_public_names():
+    # a notebook is a participant's reading: what it imports is the library's public face (issue 24)
+    private = []
+    for nb in sorted((REPO / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(nb.read_text())["cells"]:
+            source = "".join(cell["source"]) if cell["cell_type"] == "code" else ""
+            for names in re.findall(r"^\s*from labs_lib[\w.]* import \(?([^)\n]+)", source, re.M):
+                private += [f"{nb.name}: {n.strip()}" for n in names.split(",") if n.strip().startswith("_")]
+            private += [f"{nb.name}: {m}" for m in re.findall(r"\b(?:labs_lib|plots|views|lab|sweep)\.(_\w+)", source)]
+    assert not private, private
+
+
 MAX_FUNCTION_LINES = 80
 
 

@@ -6,8 +6,9 @@ import httpx
 
 from .endpoints import Endpoint
 from .errors import BadInput, LabsError, positive_int
-from .load import LoadResult, run_load, warm_up
+from .load import SLO, LoadResult, run_load, warm_up
 from .prompts import PromptFactory, engine_tokenizer
+from .slo_capacity import SLOCapacity, slo_capacity
 from .timing import RequestSpec
 
 RESULT_KEYS = (
@@ -109,3 +110,37 @@ async def bench(
             )
         )
     return results
+
+
+async def capacity(
+    endpoint: Endpoint,
+    slo: SLO,
+    *,
+    percentile: float,
+    requests: int,
+    prompt_tokens: int,
+    max_tokens: int,
+    max_rps: float,
+    start_rps: float = 0.5,
+    seed: int = 0,
+    progress: bool = True,
+) -> SLOCapacity:
+    """`bench --slo-capacity`: the SLO capacity search (labs_lib.slo_capacity) with bench's prompts, fresh ones per
+    rate (a repeated prompt would be a prefix-cache hit)."""
+    factory = PromptFactory(tokenizer_for(endpoint), seed=seed)
+    await warm_up(endpoint)
+
+    def make_specs(n: int) -> list[RequestSpec]:
+        return [RequestSpec(p, max_tokens, ignore_eos=True) for p in factory.prompts(n, prompt_tokens)]
+
+    return await slo_capacity(
+        endpoint,
+        make_specs,
+        slo,
+        percentile=percentile,
+        requests=requests,
+        start_rps=start_rps,
+        max_rps=max_rps,
+        seed=seed,
+        progress=progress,
+    )

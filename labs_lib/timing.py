@@ -80,6 +80,9 @@ class RequestRecord:
 
     request_id: int = 0
     sent_s: float = 0.0  # when it was sent, seconds after the run started
+    # open loop: when the schedule meant to send it (seconds after the start); sent_s - scheduled_s is the wait a
+    # client that fell behind its schedule adds, which latency from sent_s hides (coordinated omission)
+    scheduled_s: float | None = None
     ttft_ms: float | None = None
     tpot_ms: float | None = None
     e2e_ms: float | None = None

@@ -27,6 +27,7 @@ def run(args: argparse.Namespace) -> int:
     prompt_tokens = positive_int("--prompt-tokens", args.prompt_tokens, maximum=1_000_000)
     max_tokens = positive_int("--max-tokens", args.max_tokens, maximum=1_000_000)
     out_path = writable_path("--out", args.out) if args.out else None
+    capacity_settings = _capacity_settings(args, requests) if args.slo_capacity else None
     parallel = max(concurrency or [4])
     if target == "taotoken" and not args.api_key_env:
         read_key("TAOTOKEN_API_KEY", required=True)
@@ -37,6 +38,8 @@ def run(args: argparse.Namespace) -> int:
         if endpoint.model is None:
             endpoint = Endpoint(endpoint.name, endpoint.base_url, discover_model(endpoint), endpoint.api_key_env)
         print(f"benchmarking {endpoint.base_url} model {endpoint.model} (key {endpoint.masked_key})", file=sys.stderr)
+        if capacity_settings:
+            return _capacity(args, endpoint, capacity_settings, requests, prompt_tokens, max_tokens)
         results = run_blocking(
             bench(
                 endpoint,
@@ -72,6 +75,73 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: no request completed; first error: {first}", file=sys.stderr)
         return 1
     return 0
+
+
+def _capacity_settings(args: argparse.Namespace, requests: int) -> dict:
+    """--slo-capacity's settings, checked before any engine starts (one line on a bad one)."""
+    from ..errors import positive_number
+    from ..load import SLO
+    from ..slo_capacity import check_search
+
+    slo = SLO(
+        ttft_ms=positive_number("--slo-ttft-ms", args.slo_ttft_ms) if args.slo_ttft_ms is not None else None,
+        tpot_ms=positive_number("--slo-tpot-ms", args.slo_tpot_ms) if args.slo_tpot_ms is not None else None,
+    )
+    settings = {
+        "percentile": positive_number("--percentile", args.percentile),
+        "start_rps": positive_number("--start-rate", args.start_rate),
+        "max_rps": positive_number("--max-rate", args.max_rate),
+    }
+    check_search(slo, settings["percentile"], requests, settings["start_rps"], settings["max_rps"])
+    return {"slo": slo, **settings}
+
+
+def _capacity(args: argparse.Namespace, endpoint, settings: dict, requests: int, prompt_tokens: int, max_tokens: int) -> int:
+    """`--slo-capacity`: the highest open-loop rate meeting the SLO at the percentile, one line per rate tried."""
+    from dataclasses import asdict
+
+    from ..bench import capacity
+    from ..load import run_blocking
+
+    slo, percentile = settings["slo"], settings["percentile"]
+    found = run_blocking(
+        capacity(
+            endpoint,
+            slo,
+            percentile=percentile,
+            requests=requests,
+            prompt_tokens=prompt_tokens,
+            max_tokens=max_tokens,
+            max_rps=settings["max_rps"],
+            start_rps=settings["start_rps"],
+            progress=not args.json,
+        )
+    )
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "endpoint": endpoint.describe(),
+                    "slo": asdict(slo),
+                    "percentile": percentile,
+                    "verdict": found.describe(),
+                    "max_rps": found.max_rps,
+                    "first_miss_rps": found.first_miss_rps,
+                    "points": found.rows(),
+                },
+                indent=2,
+                default=str,
+            )
+        )
+    else:
+        for p in found.points:
+            ttft = f"{p.ttft_ms:,.0f}" if p.ttft_ms is not None else "-"
+            tpot = f"{p.tpot_ms:,.1f}" if p.tpot_ms is not None else "-"
+            print(
+                f"{p.rate_rps:>7g} req/s  done {p.achieved_rps:>6.2f}/s  TTFT p{percentile:g} {ttft:>7} ms  TPOT {tpot:>6} ms  {p.why}"
+            )
+        print(found.describe())
+    return 0 if found.max_rps is not None else 1
 
 
 def _show_vllm_result(args: argparse.Namespace) -> int:
@@ -137,6 +207,12 @@ def add_parser(sub) -> None:
     p.add_argument("--engine", default="auto", help="for --endpoint local: auto, llamacpp or vllm")
     p.add_argument("--out", help="write results: FILE.json plus one CSV of requests per level")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--slo-capacity", action="store_true", help="search the highest open-loop rate meeting the SLO below")
+    p.add_argument("--slo-ttft-ms", help="with --slo-capacity: TTFT limit (ms, counted from the scheduled send)")
+    p.add_argument("--slo-tpot-ms", help="with --slo-capacity: TPOT limit (ms)")
+    p.add_argument("--percentile", default=90, help="with --slo-capacity: 50, 90, 95 or 99 (default 90)")
+    p.add_argument("--start-rate", default=0.5, help="with --slo-capacity: the first rate tried (req/s, default 0.5)")
+    p.add_argument("--max-rate", default=64, help="with --slo-capacity: the highest rate to try (req/s, default 64)")
     p.add_argument(
         "--import-vllm-result",
         metavar="FILE",

@@ -1,0 +1,139 @@
+"""The SLO capacity search: its bracketing, its verdicts (coordinated omission included), and runs on the real
+embedded engine at SLOs whose answer does not depend on how busy this machine is."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import assert_one_line_error, run_cli
+
+from labs_lib.endpoints import endpoint_for
+from labs_lib.engines import EngineConfig
+from labs_lib.engines.llamacpp import LlamaCppEngine
+from labs_lib.errors import BadInput
+from labs_lib.load import SLO, LoadResult, from_schedule_ms, run_blocking
+from labs_lib.prompts import PromptFactory, engine_tokenizer
+from labs_lib.slo_capacity import bracket, judge, slo_capacity
+from labs_lib.timing import RequestRecord, RequestSpec
+
+
+def _search(capacity_rps: float, **kw) -> tuple[tuple[float | None, float | None], list[float]]:
+    """bracket() against a rule (meets below capacity_rps): the search alone, on the rates it chooses."""
+    tried: list[float] = []
+
+    async def meets(rate: float) -> bool:
+        tried.append(rate)
+        return rate <= capacity_rps
+
+    args = {"start": 0.5, "ceiling": 64.0, "max_points": 8, "resolution": 0.25, **kw}
+    return run_blocking(bracket(meets, args["start"], args["ceiling"], args["max_points"], args["resolution"])), tried
+
+
+def test_the_search_doubles_then_bisects_within_its_budget():
+    (good, bad), tried = _search(5.0)
+    assert tried[:5] == [0.5, 1.0, 2.0, 4.0, 8.0]  # doubling until the first miss
+    assert good is not None and bad is not None and good <= 5.0 < bad and len(tried) <= 8
+    assert bad - good <= 0.25 * good or len(tried) == 8  # bracketed to the resolution, or out of runs
+
+
+def test_the_search_says_which_side_it_could_not_find():
+    assert _search(0.1)[0] == (None, 0.5)  # the lowest rate already misses
+    (good, bad), tried = _search(1000.0, ceiling=4.0)
+    assert (good, bad) == (4.0, None) and tried == [0.5, 1.0, 2.0, 4.0]  # met up to the ceiling
+
+
+def _record(i: int, scheduled: float, sent: float, ttft: float, e2e: float) -> RequestRecord:
+    return RequestRecord(request_id=i, sent_s=sent, scheduled_s=scheduled, ttft_ms=ttft, tpot_ms=5.0, e2e_ms=e2e, output_tokens=8)
+
+
+def test_latency_counts_from_the_schedule_where_the_client_fell_behind():
+    # the client sent the second request 400 ms after its schedule: from the send its TTFT looks like 50 ms
+    records = [_record(0, 0.0, 0.0, 50.0, 100.0), _record(1, 0.5, 0.9, 50.0, 100.0)]
+    assert from_schedule_ms(records, "ttft") == [50.0, 450.0]
+    point = judge(LoadResult(records, 1.0), 2.0, SLO(ttft_ms=200), 50)
+    assert point.ttft_from_send_ms == 50.0 and point.ttft_ms == 250.0  # p50 of 50 and 450
+
+
+def test_a_run_whose_requests_queue_is_saturated():
+    # arrivals every 0.1 s, each TTFT 300 ms longer than the one before: a queue, and completions fall behind
+    records = [_record(i, 0.1 * i, 0.1 * i, 50.0 + 300 * i, 100.0 + 300 * i) for i in range(9)]
+    point = judge(LoadResult(records, 4.0), 10.0, SLO(ttft_ms=1e9), 50)
+    assert point.saturated and not point.meets and "saturated" in point.why
+    steady = [_record(i, 0.1 * i, 0.1 * i, 50.0, 100.0) for i in range(9)]
+    assert judge(LoadResult(steady, 1.0), 10.0, SLO(ttft_ms=1e9), 50).meets
+
+
+@pytest.mark.parametrize(
+    "kw, needle",
+    [
+        ({"slo": SLO()}, "slo"),
+        ({"percentile": 97}, "percentile"),
+        ({"percentile": 99, "requests": 20}, "at least 100 requests"),
+        ({"max_rps": 0.25}, "max_rps"),
+    ],
+)
+def test_bad_search_settings_are_one_line(kw, needle):
+    settings = {"slo": SLO(ttft_ms=100), "percentile": 90, "requests": 20, "max_rps": 8.0, **kw}
+    slo = settings.pop("slo")
+    with pytest.raises(BadInput, match=needle):
+        run_blocking(slo_capacity(None, lambda n: [], slo, **settings))  # refused before any request
+
+
+def test_the_cli_refuses_a_percentile_its_sample_cannot_support():
+    proc = run_cli(
+        "bench", "--endpoint", "local", "--slo-capacity", "--slo-ttft-ms", "500", "--percentile", "99", "--requests", "16"
+    )
+    assert_one_line_error(proc, "at least 100 requests")
+
+
+@pytest.fixture(scope="module")
+def engine(starts_engine):
+    with LlamaCppEngine(EngineConfig(ctx=4096, parallel=4)) as e:
+        yield e
+
+
+def _specs(engine):
+    factory = PromptFactory(engine_tokenizer(engine.root_url), seed=5)
+    return lambda n: [RequestSpec(p, 4, ignore_eos=True) for p in factory.prompts(n, 16)]
+
+
+@pytest.mark.engine
+def test_on_the_engine_an_slo_no_server_meets_stops_at_the_first_rate(engine):
+    found = run_blocking(
+        slo_capacity(endpoint_for(engine), _specs(engine), SLO(ttft_ms=0.001), requests=10, start_rps=4.0, progress=False)
+    )
+    assert found.max_rps is None and found.first_miss_rps == 4.0 and len(found.points) == 1
+    assert found.points[0].completed == 10 and "TTFT p90" in found.points[0].why
+    assert "already misses" in found.describe()
+
+
+@pytest.mark.engine
+def test_on_the_engine_light_load_meets_a_loose_slo_up_to_the_ceiling(engine):
+    # 16-token prompts, 4 tokens out, at most 2 requests per second: far below what the engine serves
+    found = run_blocking(
+        slo_capacity(
+            endpoint_for(engine),
+            _specs(engine),
+            SLO(ttft_ms=60_000, tpot_ms=60_000),
+            requests=10,
+            start_rps=1.0,
+            max_rps=2.0,
+            progress=False,
+        )
+    )
+    assert [p.rate_rps for p in found.points] == [1.0, 2.0], found.rows()
+    assert found.max_rps == 2.0 and found.first_miss_rps is None and all(p.meets for p in found.points), found.rows()
+    assert all(p.ttft_ms >= p.ttft_from_send_ms for p in found.points)  # the schedule never comes after the send
+    assert "capacity is above 2 req/s" in found.describe()
+
+
+@pytest.mark.engine
+def test_the_cli_searches_on_the_embedded_engine():
+    proc = run_cli(
+        "bench", "--endpoint", "local", "--slo-capacity", "--slo-ttft-ms", "0.001", "--requests", "10", "--max-tokens", "4",
+        "--prompt-tokens", "16", "--start-rate", "4", "--json",
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr  # no rate meets an impossible SLO: the command says so
+    out = json.loads(proc.stdout)
+    assert out["max_rps"] is None and len(out["points"]) == 1 and "already misses" in out["verdict"]

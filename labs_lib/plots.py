@@ -135,6 +135,30 @@ def capacity_figure(
 # ---------------------------------------------------------------- lab 02: timing
 
 
+def slo_capacity_figure(found):
+    """TTFT and TPOT at the search's percentile against the offered rate, the SLO's limits, and the bracket
+    where capacity lies (labs_lib.slo_capacity.SLOCapacity): the knee of the latency-rate curve."""
+    points = sorted(found.points, key=lambda p: p.rate_rps)
+    rates = [p.rate_rps for p in points]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
+    for ax, metric, limit in ((axes[0], "ttft_ms", found.slo.ttft_ms), (axes[1], "tpot_ms", found.slo.tpot_ms)):
+        values = [getattr(p, metric) for p in points]
+        ax.plot(rates, values, marker="o", color="C0")
+        for p, v in zip(points, values, strict=True):
+            ax.plot([p.rate_rps], [v], marker="o", color="C2" if p.meets else "C3")
+        if limit:
+            ax.axhline(limit, color="C3", lw=0.8, ls="--", label="SLO")
+        if found.max_rps is not None and found.first_miss_rps is not None:
+            ax.axvspan(found.max_rps, found.first_miss_rps, color="C1", alpha=0.2, label="capacity lies here")
+        name = metric.split("_")[0].upper()
+        ax.set(xlabel="offered rate (req/s)", ylabel=f"{name} p{found.percentile:g} (ms)", yscale="log")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=8)
+    axes[0].set_title("TTFT from the scheduled send: green met, red missed", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
 def stream_anatomy_figure(trace: list[tuple[float, str]], ttft_ms: float | None = None):
     """Every SSE line of one response on a time axis, by kind (role, content, finish, usage, [DONE])."""
     kinds = ["role", "content", "finish", "usage", "[DONE]", "other"]

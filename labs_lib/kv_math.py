@@ -235,6 +235,9 @@ def _non_negative(what: str, value: object) -> float:
     return number
 
 
+VLLM_GPU_MEMORY_UTILIZATION = 0.92
+"""vLLM's default gpu_memory_utilization since 0.32 (0.9 before): vllm/config/cache.py, CacheConfig."""
+
 DEFAULT_OVERHEAD_GIB = 2.0
 """Activation peak + non-torch memory + CUDA graphs, which vLLM measures at start-up.
 vllm#10517 logs Llama-3.1-8B on a 24 GB card: 2.07 GiB activations + 0.35 GiB non-torch."""
@@ -301,7 +304,7 @@ def plan_capacity(
     available_kv_gib: float | None = None,
     gpu: str | None = None,
     gpu_memory_gib: float | None = None,
-    gpu_memory_utilization: float = 0.92,  # vLLM 0.33's default (0.90 before)
+    gpu_memory_utilization: float = VLLM_GPU_MEMORY_UTILIZATION,
     weight_dtype: str | DType = "bf16",
     weight_gib: float | None = None,
     overhead_gib: float = DEFAULT_OVERHEAD_GIB,

@@ -10,10 +10,12 @@ import sys
 import pytest
 from conftest import REPO
 
-from labs_lib.claims import AWQ_GROUP, awq_memory, claims
+from labs_lib.claims import AWQ_GROUP, awq_memory, claims, kv_claims_table, vllm_claims_table
+from labs_lib.kv_math import VLLM_GPU_MEMORY_UTILIZATION as VLLM_UTIL
 from labs_lib.kv_math import weight_bytes
 
 NOTEBOOKS = {p.name[:2]: p.read_text() for p in (REPO / "notebooks").glob("*.ipynb")}
+LIBRARY_TABLES = {"kv_claims_table": kv_claims_table, "vllm_claims_table": vllm_claims_table}
 
 
 @pytest.mark.parametrize("claim", claims(), ids=lambda c: c["id"])
@@ -21,7 +23,8 @@ def test_every_claim_is_judged_in_its_lab(claim):
     """The claim's id is passed to a claim_row (or a claims table) in the lab it belongs to."""
     source = NOTEBOOKS[claim["lab"]]
     judged = re.search(r'\\"' + re.escape(claim["id"]) + r'\\"', source)
-    from_library = claim["lab"] == "01" and "kv_claims_table" in source  # lab 01's table covers its claims in labs_lib
+    # a library table the lab displays: lab 01's KV table, lab 03's table of vLLM settings
+    from_library = any(name in source and claim["claim"] in set(table()["claim"]) for name, table in LIBRARY_TABLES.items())
     assert judged or from_library, f"{claim['id']} has no verdict and no 'not testable here' in lab {claim['lab']}"
 
 
@@ -80,3 +83,30 @@ def test_lab01_verdicts_show_the_claims_own_settings_in_readable_figures():
         if isinstance(r["computed"], float):
             assert len(f"{r['computed']:g}".replace(".", "").lstrip("0")) <= 3, (name, r["computed"])
         assert not str(r["computed"]).endswith(" " + r["unit"]), (name, r["computed"], r["unit"])
+
+
+def test_the_vllm_facts_the_settings_table_cites_are_in_the_installed_vllm(vllm_installed):
+    """vllm_claims_table quotes vLLM's source: each fact it rests on is read again here from the installed vLLM."""
+    from pathlib import Path
+
+    from labs_lib.engines.vllm import find_vllm
+    from labs_lib.kv_math import VLLM_GPU_MEMORY_UTILIZATION
+
+    site = next(Path(find_vllm().python).parent.parent.glob("lib/python3*/site-packages")) / "vllm"
+    cache = (site / "config" / "cache.py").read_text()
+    assert f"gpu_memory_utilization: float = Field(default={VLLM_GPU_MEMORY_UTILIZATION}," in cache
+    assert '"Prefix cache hit rate: %.1f%%"' in (site / "v1" / "metrics" / "loggers.py").read_text()
+    assert '"VLLM_LOG_STATS_INTERVAL", "10."' in (site / "envs.py").read_text()
+    awq = (site / "model_executor" / "layers" / "quantization" / "auto_awq.py").read_text()
+    assert re.search(r"TYPE_MAP = \{\s*4: scalar_types\.uint4,\s*\}", awq), "AWQ takes other widths now"
+    registry = (site / "model_executor" / "layers" / "quantization" / "__init__.py").read_text()
+    assert all(f'"{name}": AutoAWQConfig' in registry for name in ("awq", "awq_marlin", "auto_awq"))
+
+
+def test_the_settings_table_computes_what_it_says():
+    table = vllm_claims_table().set_index("source", append=True)
+    rows = {c["id"]: r for c in claims("03") for _, r in table.iterrows() if r["claim"] == c["claim"]}
+    assert rows["s004-8k-32k-order"]["verdict"] == "does not hold" and "4.0x" in rows["s004-8k-32k-order"]["computed"]
+    sizes = re.findall(r"block \d+: ([\d,]+) tokens", rows["s004-smaller-block-for-oom"]["computed"])
+    assert len(sizes) == 3 and max(int(s.replace(",", "")) for s in sizes) - min(int(s.replace(",", "")) for s in sizes) <= 32
+    assert f"default {VLLM_UTIL}" in rows["s001-util-default-low"]["computed"]

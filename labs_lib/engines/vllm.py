@@ -23,6 +23,7 @@ import numpy as np
 from ..errors import BadInput, EngineError, LabsError
 from ..gpu import GPUProcess, GPUReading, gpu_processes, read_gpus
 from ..keys import read_key
+from ..kv_math import VLLM_GPU_MEMORY_UTILIZATION
 from ..paths import DATA_DIR, PROJECT_DIR, cache_dir
 from ..quality import TOP_K, Scores
 from . import guard
@@ -265,7 +266,7 @@ SHIPPED_GPU_BUDGET_GIB = 8.0
 def shared_gpu_utilization(total_bytes: int) -> float:
     """gpu_memory_utilization for the shipped model on a card of total_bytes: SHIPPED_GPU_BUDGET_GIB of it
     (at most vLLM's 0.92), so that engines of several labs fit on one GPU."""
-    return round(min(0.92, SHIPPED_GPU_BUDGET_GIB * 2**30 / total_bytes), 3)
+    return round(min(VLLM_GPU_MEMORY_UTILIZATION, SHIPPED_GPU_BUDGET_GIB * 2**30 / total_bytes), 3)
 
 
 def gpu_shortfall(utilization: float, card: GPUReading, holders: list[GPUProcess]) -> str | None:
@@ -476,7 +477,7 @@ class VLLMEngine(Engine):
             raise EngineError(cannot)
         if not self.config.model and self.config.gpu_memory_utilization is None:
             self.config = self.config.with_(gpu_memory_utilization=shared_gpu_utilization(cards[0].memory_total_bytes))
-        problem = gpu_shortfall(self.config.gpu_memory_utilization or 0.92, cards[0], gpu_processes(0))
+        problem = gpu_shortfall(self.config.gpu_memory_utilization or VLLM_GPU_MEMORY_UTILIZATION, cards[0], gpu_processes(0))
         if problem:
             raise EngineError(problem)
 
@@ -505,7 +506,7 @@ class VLLMEngine(Engine):
     DEFAULTS: ClassVar[dict[str, tuple[object, str]]] = {
         "prompt_cache": (True, "prefix caching: on for generative models (EngineArgs, V1)"),
         "chunked_prefill": (True, "chunked prefill: on (SchedulerConfig, V1)"),
-        "gpu_memory_utilization": (0.92, "CacheConfig; 0.9 in older releases"),
+        "gpu_memory_utilization": (VLLM_GPU_MEMORY_UTILIZATION, "CacheConfig; 0.9 in older releases"),
         "kv_cache_dtype": ("auto", "the model's dtype (CacheConfig)"),
         "batch_tokens": ("by card", "max_num_batched_tokens: kv_math.vllm_batch_defaults (EngineArgs.get_batch_defaults)"),
         "parallel": ("by card", "max_num_seqs: kv_math.vllm_batch_defaults (EngineArgs.get_batch_defaults)"),

@@ -242,6 +242,17 @@ def test_notebooks_import_only_public_names():
     assert not private, private
 
 
+@pytest.mark.parametrize("path", sorted((REPO / "notebooks").glob("*.ipynb")), ids=lambda p: p.name[:2])
+def test_every_lab_opens_with_objectives_prerequisites_and_time_and_ends_with_the_gpu(path):
+    # a self-paced participant plans the session from the first cell (issue 24)
+    cells = json.loads(path.read_text())["cells"]
+    first = "".join(cells[0]["source"])
+    assert any(w in first for w in ("**Objectives.**", "By the end of this lab", "You will:")), "no objectives"
+    assert "Prerequisites" in first and "Time on a 2-core CPU" in first and "docs/performance.md" in first
+    last = "".join([c for c in cells if c["cell_type"] == "markdown"][-1]["source"])
+    assert "**On a GPU.**" in last, "the summary says what to try on a GPU"
+
+
 MAX_FUNCTION_LINES = 80
 
 

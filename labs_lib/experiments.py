@@ -246,6 +246,7 @@ async def concurrency_sweep(
                     "output_throughput",
                     "request_throughput",
                     "p50_ttft_ms",
+                    "p90_ttft_ms",
                     "p99_ttft_ms",
                     "p50_tpot_ms",
                     "p99_tpot_ms",

@@ -284,6 +284,34 @@ def tradeoff_figure(table, x: str = "TTFT p99", y: str = "tok/s", colour: str = 
     return fig
 
 
+def pareto_figure(points, colour: str = "experiment"):
+    """sweep_views.pareto_table points, tokens/s per user against tokens/s per device, the front drawn and its
+    configurations named: every point off the front is beaten on both axes by one on it."""
+    fig, ax = plt.subplots(figsize=(9, 4.2))
+    for name, g in points.groupby(colour, sort=True):
+        ax.scatter(g["tok/s per user"], g["tok/s per device"], s=22, alpha=0.7, label=str(name))
+    front = points[points["on_front"]].sort_values("tok/s per user")
+    ax.step(front["tok/s per user"], front["tok/s per device"], where="post", color="black", lw=1, label="Pareto front")
+    for _, r in front.iterrows():
+        load = f" c={int(r['concurrency'])}" if "concurrency" in r and r["concurrency"] == r["concurrency"] else ""
+        ax.annotate(
+            f"{r['config']}{load}",
+            (r["tok/s per user"], r["tok/s per device"]),
+            fontsize=7,
+            xytext=(3, 3),
+            textcoords="offset points",
+        )
+    ax.set(
+        xlabel="tokens/s per user (1000 / TPOT p50)",
+        ylabel="tokens/s per device (output)",
+        title="Interactivity against throughput: the front",
+    )
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    return fig
+
+
 def quant_tradeoff_figure(rows, quality: str = "perplexity"):
     """Memory against quality and speed against quality, one labelled point per configuration (rows indexed by
     quant_compare.config_labels; memory is the weight file's MiB, or resident MiB when there is no file). A

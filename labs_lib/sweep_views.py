@@ -82,3 +82,19 @@ def best_by_goodput(df: pd.DataFrame) -> pd.Series | None:
     if ok.empty:
         return None
     return load_table(ok).sort_values(["goodput req/s", "tok/s"], ascending=False).iloc[0]
+
+
+def pareto_table(table: pd.DataFrame) -> pd.DataFrame:
+    """Every measured point (load_table rows, an `experiment` column beside) at tokens/s per user against tokens/s
+    per device, the axes of `vllm bench sweep plot_pareto` and of InferenceMAX's charts: per user = 1000 / TPOT p50
+    (the decode speed one stream sees), per device = output tokens/s of the whole run (one engine, one device).
+    `on_front` marks the points no other point beats on both axes: the configurations worth choosing among."""
+    out = table.dropna(subset=["TPOT p50", "tok/s"]).copy()
+    out = out[out["TPOT p50"] > 0]
+    out["tok/s per user"] = 1000 / out["TPOT p50"]
+    out["tok/s per device"] = out["tok/s"]
+    users, device = out["tok/s per user"].to_numpy(), out["tok/s per device"].to_numpy()
+    out["on_front"] = [
+        not ((users >= u) & (device >= d) & ((users > u) | (device > d))).any() for u, d in zip(users, device, strict=True)
+    ]
+    return out.sort_values("tok/s per user").reset_index(drop=True)

@@ -310,3 +310,28 @@ def test_a_grid_says_where_it_leaves_vllms_defaults():
     assert "gpu_memory_utilization sets 0.9; vllm's default 0.92" in note
     assert "max_num_seqs" in defaults_note(load_grid("data/grids/vllm_cpu_batching.yaml"))
     assert defaults_note(load_grid("data/grids/cpu_batching.yaml")) == ""  # llama.cpp states no defaults here
+
+
+def test_the_pareto_front_keeps_the_points_nothing_beats_on_both_axes():
+    import pandas as pd
+
+    from labs_lib.sweep_views import pareto_table
+
+    # (TPOT p50 ms, tok/s): A 10 tok/s per user at 100, B 20 at 50, C 5 at 80 (A beats it), D 20 at 40 (B beats it)
+    table = pd.DataFrame({"config": list("ABCD"), "TPOT p50": [100.0, 50.0, 200.0, 50.0], "tok/s": [100.0, 50.0, 80.0, 40.0]})
+    points = pareto_table(table).set_index("config")
+    assert points["on_front"].to_dict() == {"A": True, "B": True, "C": False, "D": False}
+    assert points.loc["B", "tok/s per user"] == 20.0 and points.loc["A", "tok/s per device"] == 100.0
+
+
+@pytest.mark.engine
+def test_a_real_sweeps_front_dominates_every_other_point(tmp_path):
+    from labs_lib.sweep_views import load_table, pareto_table
+
+    grid = load_grid({**TINY, "axes": {"parallel": [1, 2]}})
+    points = pareto_table(load_table(run_blocking(run_sweep(grid, tmp_path / "p.jsonl", progress=False))))
+    assert len(points) == 4 and points["on_front"].any()
+    front = points[points["on_front"]]
+    for _, p in points[~points["on_front"]].iterrows():
+        beaten = (front["tok/s per user"] >= p["tok/s per user"]) & (front["tok/s per device"] >= p["tok/s per device"])
+        assert beaten.any(), p.to_dict()

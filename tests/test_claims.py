@@ -16,6 +16,7 @@ from labs_lib.kv_math import weight_bytes
 
 NOTEBOOKS = {p.name[:2]: p.read_text() for p in (REPO / "notebooks").glob("*.ipynb")}
 LIBRARY_TABLES = {"kv_claims_table": kv_claims_table, "vllm_claims_table": vllm_claims_table}
+MEASURED_TABLES = {"article_checks": REPO / "labs_lib" / "sweep_views.py"}
 
 
 @pytest.mark.parametrize("claim", claims(), ids=lambda c: c["id"])
@@ -25,6 +26,10 @@ def test_every_claim_is_judged_in_its_lab(claim):
     judged = re.search(r'\\"' + re.escape(claim["id"]) + r'\\"', source)
     # a library table the lab displays: lab 01's KV table, lab 03's table of vLLM settings
     from_library = any(name in source and claim["claim"] in set(table()["claim"]) for name, table in LIBRARY_TABLES.items())
+    # a library function of the run's own measurements that the lab calls: its rows name the claim ids
+    from_library |= any(
+        f"{function}(" in source and f'"{claim["id"]}"' in module.read_text() for function, module in MEASURED_TABLES.items()
+    )
     assert judged or from_library, f"{claim['id']} has no verdict and no 'not testable here' in lab {claim['lab']}"
 
 

@@ -16,7 +16,10 @@ from labs_lib.kv_math import weight_bytes
 
 NOTEBOOKS = {p.name[:2]: p.read_text() for p in (REPO / "notebooks").glob("*.ipynb")}
 LIBRARY_TABLES = {"kv_claims_table": kv_claims_table, "vllm_claims_table": vllm_claims_table}
-MEASURED_TABLES = {"article_checks": REPO / "labs_lib" / "sweep_views.py"}
+MEASURED_TABLES = {
+    "article_checks": REPO / "labs_lib" / "sweep_views.py",
+    "timing_article_checks": REPO / "labs_lib" / "claims.py",
+}
 
 
 @pytest.mark.parametrize("claim", claims(), ids=lambda c: c["id"])

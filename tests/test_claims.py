@@ -19,6 +19,7 @@ LIBRARY_TABLES = {"kv_claims_table": kv_claims_table, "vllm_claims_table": vllm_
 MEASURED_TABLES = {
     "article_checks": REPO / "labs_lib" / "sweep_views.py",
     "timing_article_checks": REPO / "labs_lib" / "claims.py",
+    "quant_article_checks": REPO / "labs_lib" / "quant_compare.py",
 }
 
 

@@ -271,7 +271,6 @@ LONG_CELLS_LEFT = {
     ("02", "remote_rows = []"): 26,
     ("03", "P = params.lab03("): 38,
     ("03", 'kv_pool = await experiment("kv_pool")'): 36,
-    ("04", "from labs_lib.quant import change_from_reference"): 80,
     ("05", "def read_error_body():"): 33,
     ("05", 'vllm_bodies = json.loads((DATA_DIR / "vllm_errors_0.33.0.json").read_text())'): 53,
     ("05", "from labs_lib.engines import make_engine"): 33,

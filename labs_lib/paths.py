@@ -28,7 +28,7 @@ RESULTS_DIR = PROJECT_DIR / "results"  # what the labs and sweeps measure, one f
 def runs_dir() -> Path:
     """Executed notebooks: $LABS_RUNS_DIR, else runs/ in the checkout, else runs/ in the working directory."""
     chosen = os.environ.get("LABS_RUNS_DIR")
-    return Path(chosen) if chosen else (CHECKOUT_DIR or Path.cwd()) / "runs"
+    return Path(chosen) if chosen else PROJECT_DIR / "runs"
 
 
 def cache_dir() -> Path:

@@ -175,17 +175,13 @@ async def slo_capacity(
         bar.set_postfix_str(f"{rate:g} req/s: {point.why}"[:60])
         if on_point:
             on_point(point)
-        if point.meets:
-            found.max_rps = max(found.max_rps or 0.0, rate)
-        else:
-            found.first_miss_rps = min(found.first_miss_rps or float("inf"), rate)
         return point
 
     async def meets(rate: float) -> bool:
         return (await measure(rate)).meets
 
     try:
-        await bracket(meets, start_rps, max_rps, max_points, resolution)
+        found.max_rps, found.first_miss_rps = await bracket(meets, start_rps, max_rps, max_points, resolution)
     finally:
         bar.close()
     return found

@@ -379,12 +379,10 @@ class KeptEngine:
 
     def take(self, kind: str, config: EngineConfig) -> Engine | None:
         """The kept engine when it runs this configuration (it is the caller's then); else None, and it is stopped."""
-        held, self._held = self._held, None
-        if held is None:
-            return None
-        if held[0] == kind and held[1] == config and held[2].is_running():
-            return held[2]
-        held[2].stop()
+        if self._held is not None and self.holds(kind, config):
+            engine, self._held = self._held[2], None
+            return engine
+        self.close()
         return None
 
     def hold(self, kind: str, config: EngineConfig, engine: Engine) -> bool:

@@ -112,13 +112,12 @@ def sweep_params(grid: Grid) -> dict[str, Any]:
     configs: dict[str, dict] = {}
     for point in grid.points():
         configs.setdefault(json.dumps(point.config, sort_keys=True, default=str), point.config)
-    commands = [engine.command_for(EngineConfig(**config))[0] for config in configs.values()]
-    heads = [_flags(c)[0] for c in commands]
+    parsed = [_flags(engine.command_for(EngineConfig(**config))[0]) for config in configs.values()]
+    heads = [head for head, _ in parsed]
     if any(h != heads[0] for h in heads):
         raise BadInput("grid", grid.name, "allowed: configurations that differ in flags only (one serve command)")
     serve_params = [
-        {"_benchmark_name": _label(config), **_flags(command)[1]}
-        for config, command in zip(configs.values(), commands, strict=True)
+        {"_benchmark_name": _label(config), **flags} for config, (_, flags) in zip(configs.values(), parsed, strict=True)
     ]
     bench_params = []
     for workload in grid.workloads:
@@ -149,7 +148,7 @@ def sweep_params(grid: Grid) -> dict[str, Any]:
             bench_params.append(
                 {"_benchmark_name": name, **prompts, "num_prompts": workload.requests, "ignore_eos": True, **load}
             )
-    first = _flags(commands[0])[1]
+    first = parsed[0][1]
     return {
         "serve_cmd": shlex.join(heads[0] + _unflag(first)),
         "bench_cmd": shlex.join(_bench_cmd(heads[0], first)),

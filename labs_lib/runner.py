@@ -13,11 +13,13 @@ import json
 import os
 import re
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from . import build_it
 from .errors import BadInput, writable_path
 from .params import check_notebook, engine_name
 from .paths import CHECKOUT_DIR, NOTEBOOKS_DIR, PROJECT_DIR, runs_dir
@@ -159,6 +161,26 @@ def _kernel_manager_class() -> dict:
     return {"kernel_manager_class": IPCKernelManager}
 
 
+def _filled_in(notebook: Path, folder: Path) -> Path:
+    """A copy of `notebook` in `folder` whose build-it cells hold the library's reference (build_it.fill_in)."""
+    nb = json.loads(notebook.read_text())
+    build_it.fill_in(nb["cells"])
+    copy = folder / notebook.name
+    copy.write_text(json.dumps(nb, indent=1, ensure_ascii=False))
+    return copy
+
+
+def _name_the_input(output: Path, notebook: Path) -> None:
+    """papermill records the path it read; a filled-in run read a temporary copy: record the notebook instead."""
+    try:
+        executed = json.loads(output.read_text())
+    except (OSError, ValueError):  # no output yet (the run failed before papermill wrote one)
+        return
+    executed["metadata"].setdefault("papermill", {})["input_path"] = str(notebook)
+    executed["metadata"]["papermill"]["build_it"] = "filled in with the library's reference"
+    output.write_text(json.dumps(executed, indent=1, ensure_ascii=False))
+
+
 def run_series(
     notebooks: list[Path],
     *,
@@ -167,8 +189,10 @@ def run_series(
     quick: bool = True,
     out_dir: Path | None = None,
     progress: bool = True,
+    fill_in: bool = True,
 ) -> list[NotebookResult]:
-    """Execute `notebooks` in order. Each gets the parameters it declares; all get quick/interactive/engine."""
+    """Execute `notebooks` in order. Each gets the parameters it declares; all get quick/interactive/engine. With
+    `fill_in`, each build-it cell holds the library's reference (build_it.fill_in); else it runs as written."""
     import papermill
     from tqdm.auto import tqdm
 
@@ -196,32 +220,38 @@ def run_series(
     _kernel_env()
     results = []
     bar = tqdm(notebooks, desc="labs", unit="notebook", disable=not progress, file=sys.stderr)
-    for nb in bar:
-        bar.set_postfix_str(nb.stem)
-        mine = {k: v for k, v in given.items() if k in declared[nb]}
-        output = out_dir / nb.name
-        start = time.perf_counter()
-        try:
-            papermill.execute_notebook(
-                str(nb),
-                str(output),
-                parameters=mine,
-                kernel_name="python3",
-                # a checkout's notebooks run in notebooks/; an installed package's in the working directory, so
-                # that what they write (results/) lands there and never in site-packages
-                cwd=str(nb.parent if CHECKOUT_DIR else PROJECT_DIR),
-                progress_bar=False,
-                log_output=False,
-                execution_timeout=CELL_TIMEOUT_S,
-                **_kernel_manager_class(),
-            )
-            result = NotebookResult(nb.stem, "ok", time.perf_counter() - start, output)
-        except Exception as exc:  # papermill's PapermillExecutionError, a dead kernel, a timeout
-            error, source = _failure_details(output, exc)
-            result = NotebookResult(nb.stem, "failed", time.perf_counter() - start, output, error, source)
-        results.append(result)
-        tqdm.write(f"  {result.status:<6} {result.name:<28} {result.wall_s:7.1f} s  {result.output}", file=sys.stdout)
-        if result.status != "ok":
-            _print_failure(result)
+    # a filled-in run reads a copy of each notebook; the copies go when the series ends, however it ends
+    with tempfile.TemporaryDirectory(prefix="labs-filled-in-") as filled:
+        filled_dir = Path(filled)
+        for nb in bar:
+            bar.set_postfix_str(nb.stem)
+            mine = {k: v for k, v in given.items() if k in declared[nb]}
+            output = out_dir / nb.name
+            start = time.perf_counter()
+            try:
+                papermill.execute_notebook(
+                    str(_filled_in(nb, filled_dir) if fill_in else nb),
+                    str(output),
+                    parameters=mine,
+                    kernel_name="python3",
+                    # a checkout's notebooks run in notebooks/; an installed package's in the working directory, so
+                    # that what they write (results/) lands there and never in site-packages
+                    cwd=str(nb.parent if CHECKOUT_DIR else PROJECT_DIR),
+                    progress_bar=False,
+                    log_output=False,
+                    execution_timeout=CELL_TIMEOUT_S,
+                    **_kernel_manager_class(),
+                )
+                result = NotebookResult(nb.stem, "ok", time.perf_counter() - start, output)
+            except Exception as exc:  # papermill's PapermillExecutionError, a dead kernel, a timeout
+                error, source = _failure_details(output, exc)
+                result = NotebookResult(nb.stem, "failed", time.perf_counter() - start, output, error, source)
+            finally:
+                if fill_in:
+                    _name_the_input(output, nb)
+            results.append(result)
+            tqdm.write(f"  {result.status:<6} {result.name:<28} {result.wall_s:7.1f} s  {result.output}", file=sys.stdout)
+            if result.status != "ok":
+                _print_failure(result)
     bar.close()
     return results

@@ -366,7 +366,8 @@ async def _run_point(engine, kind: str, point: Point, slo: SLO | None, timeout_s
 class KeptEngine:
     """At most one running engine, kept between sweeps for the next grid that starts the same configuration.
 
-    Lab 03's quick vLLM grids save one vLLM start this way (kv_pool's 0.25 GiB pool is batching's max_num_seqs 8).
+    Lab 03's vLLM grids save two vLLM starts this way (kv_pool's 0.25 GiB pool is batching's max_num_seqs 8, and
+    batching's max_num_seqs 1 is prefix_cache's point with prefix caching on).
     Use it as a context manager, or call close(): the engine is stopped then, or when a different configuration
     is asked for, or (as every engine) when the Python process ends."""
 

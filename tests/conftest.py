@@ -7,6 +7,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import subprocess
 import sys
 import time
@@ -294,3 +295,16 @@ def require_vllm() -> None:
         if os.environ.get("CI"):
             pytest.fail("vLLM is not installed in CI: make test must run make setup-vllm first")
         pytest.skip("vLLM is not installed: make setup-vllm")
+
+
+CHROMIUM = os.environ.get("LABS_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+HOW_TO_GET_A_BROWSER = "install a browser: apt-get install chromium (as root), and pip install playwright"
+
+
+def browser_missing() -> str | None:
+    """What tests/test_browser.py lacks here (Playwright, or Chromium's path), or None when it can run."""
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "playwright"
+    return None if Path(CHROMIUM).exists() else CHROMIUM

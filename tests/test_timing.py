@@ -50,6 +50,11 @@ def feed(trace, **kw) -> RequestRecord:
 def test_ttft_ignores_the_role_only_chunk():
     rec = feed(VLLM_SHAPED)
     assert rec.ttft_ms == pytest.approx(300.0)
+    # vLLM's benchmark client's TTFT, recorded beside: the role-only chunk ends it; the usage chunk (choices [])
+    # never does
+    assert rec.ttft_first_choice_ms == pytest.approx(5.0)
+    assert feed(VLLM_SHAPED[1:]).ttft_first_choice_ms == pytest.approx(300.0)
+    assert feed([(0.1, USAGE), (0.2, "data: [DONE]")]).ttft_first_choice_ms is None
     assert naive.seed001_first_chunk(VLLM_SHAPED, 0.363)["ttft_ms"] == pytest.approx(5.0)  # the article's way
 
 

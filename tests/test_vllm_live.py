@@ -18,7 +18,7 @@ import httpx
 import numpy as np
 import psutil
 import pytest
-from conftest import as_from_a_terminal, require_vllm
+from conftest import as_from_a_terminal, require_vllm, wait_for
 from test_faults import accounted, cut_two_and_refused_four, frozen_mid_stream, killed_mid_stream, specs
 
 from labs_lib.endpoints import endpoint_for
@@ -32,6 +32,9 @@ from labs_lib.timing import RequestSpec, measure
 
 pytestmark = pytest.mark.vllm
 KV_GIB, MAX_LEN, SEQS = 1, 2048, 4
+# the fault tests' streams: the event comes after a few tokens, so a long stream costs nothing, and it leaves a run no
+# way to finish a stream before the event (CI once saw four of six 300-token streams end before a late scrape)
+STREAM_TOKENS = 1800
 
 
 @pytest.fixture(scope="module")
@@ -166,14 +169,18 @@ def test_serve_cli_starts_vllm_and_stops_on_sigint_leaving_nothing():
 
 async def both_sequences_decoding(engine, tokens: int = 8, limit_s: float = 600) -> None:
     """The event, not a guess of its time: vLLM's /metrics shows two running sequences and `tokens` generated
-    since this call (the counter is the engine's lifetime total, and the module's engine has served before)."""
+    since this call (the counters are the engine's lifetime totals, and the module's engine has served before),
+    and no request finished since: the event is "the first two streams are decoding", and a run that got past
+    it unseen (a scrape that came too late on a busy machine) fails here with that reason, not as a miscount."""
     deadline = time.monotonic() + limit_s
-    before = None
+    before: dict[str, float] | None = None
     while time.monotonic() < deadline:
         m = await asyncio.to_thread(scrape, engine.root_url, engine.headers())
-        generated = m.get("vllm:generation_tokens_total", 0)
-        before = generated if before is None else before
-        if m.get("vllm:num_requests_running", 0) >= 2 and generated - before >= tokens:
+        before = m if before is None else before
+        generated = m.get("vllm:generation_tokens_total", 0) - before.get("vllm:generation_tokens_total", 0)
+        finished = m.get("vllm:request_success_total", 0) - before.get("vllm:request_success_total", 0)
+        assert finished == 0, f"{finished:.0f} request(s) finished before two were seen decoding"
+        if m.get("vllm:num_requests_running", 0) >= 2 and generated >= tokens:
             return
         await asyncio.sleep(0.1)
     raise AssertionError(f"two sequences were not decoding within {limit_s:.0f} s")
@@ -190,8 +197,9 @@ def test_64_concurrent_streams_against_max_num_seqs_4(vllm):
 
 
 def test_engine_frozen_past_the_timeout(vllm):
-    # the guard leads the group: API server and engine core freeze together; 200 tokens fit max_model_len 256
-    result, waited_s, timeout_s = frozen_mid_stream(vllm, both_sequences_decoding, max_tokens=200)
+    # the guard leads the group: API server and engine core freeze together. STREAM_TOKENS: no stream can end before
+    # the event, however late a scrape sees it
+    result, waited_s, timeout_s = frozen_mid_stream(vllm, both_sequences_decoding, max_tokens=STREAM_TOKENS)
     accounted(result, 2)
     assert result.summary.failed == 2 and all("ReadTimeout" in r.error for r in result.records), [r.error for r in result.records]
     # mid-stream: /metrics can count a token the API server has not yet sent, so one stream may have none
@@ -205,6 +213,9 @@ def test_engine_frozen_past_the_timeout(vllm):
 def test_engine_killed_mid_stream(vllm):
     # the last test of this module: it kills the module's engine (a vLLM start less than an engine of its own;
     # the fixture's stop() then finds the process group gone)
-    result = killed_mid_stream(vllm, both_sequences_decoding, max_tokens=300)
+    # the engine idle first: a stream the frozen test abandoned would otherwise count as one of "two decoding"
+    idle = lambda: scrape(vllm.root_url, vllm.headers())  # noqa: E731
+    wait_for(lambda: not any(idle().get(f"vllm:num_requests_{s}", 0) for s in ("running", "waiting")), 300, "an idle engine", 0.2)
+    result = killed_mid_stream(vllm, both_sequences_decoding, max_tokens=STREAM_TOKENS)
     cut_two_and_refused_four(result)
     assert not vllm.is_running()

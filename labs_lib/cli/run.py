@@ -13,6 +13,11 @@ def add_parser(sub) -> None:
     p.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"), help="a notebook parameter")
     p.add_argument("--out", help="folder for the executed notebooks (default runs/<timestamp>)")
     p.add_argument("--full", action="store_true", help="full sizes instead of quick ones")
+    p.add_argument(
+        "--as-written",
+        action="store_true",
+        help="run the build-it cells as the notebooks hold them (default: the library's reference is put in each, as CI does)",
+    )
     p.set_defaults(func=run)
 
 
@@ -28,7 +33,12 @@ def run(args: argparse.Namespace) -> int:
     if not notebooks:
         raise LabsError(f"no lab notebooks found in {NOTEBOOKS_DIR}")
     results = run_series(
-        notebooks, params=params, engine=args.engine, quick=not args.full, out_dir=Path(args.out) if args.out else None
+        notebooks,
+        params=params,
+        engine=args.engine,
+        quick=not args.full,
+        out_dir=Path(args.out) if args.out else None,
+        fill_in=not args.as_written,
     )
     failed = [r for r in results if r.status != "ok"]
     total = sum(r.wall_s for r in results)

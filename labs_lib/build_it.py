@@ -1,0 +1,203 @@
+"""Build-it cells: the participant writes a lesson's core function, and `check` compares it with the library's on
+cases chosen to catch the usual mistakes, explaining the first that differs (CS231n's skeleton and check). The
+library keeps the reference ("write it here, keep it in the library"): the runner puts each reference's source in
+its cell for CI and `make run`, and `labs run --as-written` runs the cells as the notebook has them.
+
+A build-it cell is a code cell tagged `build-it` that defines one function named in CORES; its check cell is
+`name = build_it.check("name", name)`, which returns the function the lab goes on with: the participant's when it
+agrees on every case, else the library's (the lab never stops on an unwritten cell)."""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import BadInput
+from .kv_math import kv_cache
+from .models import ModelSpec, load_model
+from .quality import kl_lower_bound
+from .sweep_views import on_front
+from .timing import metrics_from_times
+
+TAG = "build-it"
+REL_TOL = 1e-6
+
+
+@dataclass(frozen=True)
+class Case:
+    """One call of the function: its arguments, what the case holds, and the mistake it catches."""
+
+    args: tuple
+    holds: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Core:
+    """A lesson's core: the library's answer (`reference`), the cases, and the function whose source goes in the
+    cell when the runner fills it in (`solution`, with the `imports` it needs)."""
+
+    reference: Callable
+    cases: Callable[[], list[Case]]
+    solution: Callable
+    imports: str = ""
+
+
+def kv_bytes_per_sequence(model: ModelSpec, seq_len: int, bytes_per_value: float) -> float:
+    """KV bytes one sequence of seq_len tokens keeps on one device. Every layer keeps K and V for each token it
+    attends to (a sliding layer: at most the last sliding_window tokens), num_kv_heads x head_dim values each; an
+    MLA layer keeps one latent of kv_lora_rank + qk_rope_head_dim values per token instead."""
+    if model.is_mla:
+        per_token_per_layer = ((model.kv_lora_rank or 0) + (model.qk_rope_head_dim or 0)) * bytes_per_value
+    else:
+        per_token_per_layer = 2 * model.num_kv_heads * (model.head_dim or 0) * bytes_per_value
+    total = 0.0
+    for layer in range(model.num_layers):
+        held = min(seq_len, model.sliding_window or seq_len) if model.is_sliding(layer) else seq_len
+        total += held * per_token_per_layer
+    return total
+
+
+def _kv_reference(model: ModelSpec, seq_len: int, bytes_per_value: float) -> float:
+    """kv_cache()'s bytes per sequence (lab 01's calculator), for a cache of 1 or 2 bytes per value."""
+    return kv_cache(model, seq_len, 1, {1: "fp8", 2: "fp16"}[int(bytes_per_value)]).kv_bytes_per_sequence
+
+
+def _kv_cases() -> list[Case]:
+    m = load_model
+    return [
+        Case((m("llama-2-7b"), 4096, 2), "Llama-2-7B (MHA), 4,096 tokens, fp16", "per token per layer: K and V, each num_kv_heads x head_dim values"),
+        Case((m("llama-3.1-8b"), 4096, 2), "Llama-3.1-8B (GQA), 4,096 tokens, fp16", "GQA caches the KV heads (8), not the query heads (32)"),
+        Case((m("llama-3.1-8b"), 4096, 1), "Llama-3.1-8B, fp8", "bytes_per_value scales every value"),
+        Case((m("gemma-3-270m"), 256, 2), "Gemma-3-270M (MQA), 256 tokens (inside its window)", "head_dim is the config's (256), not hidden_size / num_q_heads (160)"),
+        Case((m("gemma-3-270m"), 8192, 2), "Gemma-3-270M, 8,192 tokens", "a sliding layer (15 of 18 here) keeps at most sliding_window (512) tokens"),
+        Case((m("deepseek-v3"), 4096, 2), "DeepSeek-V3 (MLA), 4,096 tokens", "MLA keeps one latent of kv_lora_rank + qk_rope_head_dim values per token and layer: no heads, no separate K and V"),
+    ]  # fmt: skip
+
+
+def _timing_cases() -> list[Case]:
+    return [
+        Case(([0.2, 0.25, 0.3, 0.35], 4), "four one-token chunks", "TTFT is the first token's time, E2E the last's; times are seconds, the metrics milliseconds"),
+        Case(([0.5, 0.6, 0.9], 7), "seven tokens in three chunks", "TPOT divides the decode time by output tokens - 1, not by chunks; ITL is one gap per pair of chunks"),
+        Case(([0.1, 0.15, 0.5, 0.55], 4), "a stall between chunks 2 and 3", "ITL keeps each gap (the 350 ms stall shows); TPOT is their mean"),
+        Case(([0.3], 1), "one token", "one token has no decode interval: TPOT is None (undefined), not 0; ITL is empty"),
+        Case(([], None), "no token (a failed request)", "nothing arrived: None for each time, and no ITL"),
+    ]  # fmt: skip
+
+
+def _kl_cases() -> list[Case]:
+    ln = math.log
+    return [
+        Case(({0: ln(0.7), 1: ln(0.2)}, {0: ln(0.7), 1: ln(0.2)}), "the same distribution twice", "KL(P || P) = 0"),
+        Case(({0: ln(0.9), 1: ln(0.1)}, {0: ln(0.5), 1: ln(0.5)}), "the whole distribution reported, P sure and Q unsure", "KL(P || Q) = sum p (log p - log q): weighted by the reference P, not by Q"),
+        Case(({0: ln(0.7), 1: ln(0.2)}, {0: ln(0.5), 1: ln(0.3)}), "two tokens reported by both", "the inputs are log-probabilities; what neither reported is one 'rest' bucket, 1 - sum p against 1 - sum q"),
+        Case(({0: ln(0.9)}, {0: ln(0.6), 2: ln(0.3)}), "a token only Q reported", "only tokens both reported keep their own terms; token 2 goes in the rest bucket"),
+        Case(({0: 0.0}, {0: ln(0.8)}), "P puts all its mass on one token", "a rest of 0 adds nothing (0 log 0 = 0)"),
+    ]  # fmt: skip
+
+
+def _front_cases() -> list[Case]:
+    return [
+        Case(([10.0, 20.0, 30.0], [100.0, 80.0, 50.0]), "three points trading one axis for the other", "a point leaves the front only when another beats it on both axes: a trade-off keeps all three"),
+        Case(([10.0, 20.0, 15.0], [100.0, 80.0, 70.0]), "(15, 70) beside (20, 80)", "(20, 80) beats (15, 70) on both axes: higher is better on both"),
+        Case(([10.0, 10.0], [100.0, 90.0]), "(10, 100) and (10, 90)", "equal on one axis and worse on the other is beaten (>= on both, > on one)"),
+        Case(([10.0, 10.0], [100.0, 100.0]), "the same point twice", "equal points do not beat each other: both stay on the front"),
+        Case(([5.0], [5.0]), "one point", "a point alone is on the front (it does not beat itself)"),
+    ]  # fmt: skip
+
+
+CORES: dict[str, Core] = {
+    "kv_bytes_per_sequence": Core(_kv_reference, _kv_cases, kv_bytes_per_sequence, "from labs_lib.models import ModelSpec"),
+    "metrics_from_times": Core(metrics_from_times, _timing_cases, metrics_from_times, "from itertools import pairwise"),
+    "kl_lower_bound": Core(kl_lower_bound, _kl_cases, kl_lower_bound, "import math\n\nimport numpy as np"),
+    "on_front": Core(on_front, _front_cases, on_front),
+}
+
+
+def _core(name: str) -> Core:
+    if name not in CORES:
+        raise BadInput("build-it function", name, "allowed: " + ", ".join(CORES))
+    return CORES[name]
+
+
+def _same(got: Any, want: Any) -> bool:
+    """Equal, numbers within REL_TOL (and 1e-9 absolute), element by element inside tuples and lists."""
+    if want is None or got is None:
+        return got is None and want is None
+    if isinstance(want, (tuple, list)):
+        return isinstance(got, (tuple, list)) and len(got) == len(want) and all(map(_same, got, want))
+    try:
+        return math.isclose(float(got), float(want), rel_tol=REL_TOL, abs_tol=1e-9)
+    except (TypeError, ValueError):
+        return False
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, (tuple, list)):
+        inner = ", ".join(_shown(v) for v in value)
+        return f"({inner})" if isinstance(value, tuple) else f"[{inner}]"
+    return f"{value:,.6g}" if isinstance(value, float) else repr(value)
+
+
+def check(name: str, candidate: Callable) -> Callable:
+    """Run `candidate` on every case of core `name` and print the verdict: not written yet, the first case that
+    differs (what it holds, both answers, the mistake it catches), or agreement on all of them. Returns the
+    function the lab goes on with: `candidate` when it agrees on every case, else the library's reference."""
+    core = _core(name)
+    cases = core.cases()
+    for case in cases:
+        want = core.reference(*case.args)
+        try:
+            got = candidate(*case.args)
+        except NotImplementedError:
+            print(f"{name}: not written yet. Write it in the cell above and run both cells; the lab goes on with the library's.")
+            return core.reference
+        except Exception as exc:  # the participant's code: any error is a verdict, shown in one line
+            print(f"{name}: {case.holds}: raised {type(exc).__name__}: {exc}. The lab goes on with the library's.")
+            return core.reference
+        if not _same(got, want):
+            print(f"{name}: differs on {case.holds}: yours {_shown(got)}, the library's {_shown(want)}.")
+            print(f"  Hint: {case.why}. The lab goes on with the library's; fix the cell and run both cells again.")
+            return core.reference
+    print(f"{name}: agrees with the library on all {len(cases)} cases ({'; '.join(c.holds for c in cases)}).")
+    return candidate
+
+
+def solution_source(name: str) -> str:
+    """The cell a runner puts in place of the build-it cell: the reference's imports and source."""
+    core = _core(name)
+    source = inspect.getsource(core.solution)
+    return f"{core.imports}\n\n\n{source}".strip() if core.imports else source.strip()
+
+
+def defined_in(source: str) -> str | None:
+    """The core a build-it cell's source defines (its first `def NAME(` among CORES), or None."""
+    for line in source.splitlines():
+        if line.startswith("def "):
+            name = line[4:].split("(", 1)[0].strip()
+            if name in CORES:
+                return name
+    return None
+
+
+def fill_in(cells: list[dict]) -> list[str]:
+    """Put each build-it cell's reference in place of what it holds (notebook cells, as nbformat reads them);
+    returns the cores filled in. A build-it cell that defines no core is refused."""
+    filled = []
+    for cell in cells:
+        if TAG not in cell.get("metadata", {}).get("tags", []):
+            continue
+        source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+        name = defined_in(source)
+        if name is None:
+            raise BadInput(
+                "build-it cell",
+                source.splitlines()[0] if source else "(empty)",
+                "allowed: a cell defining one of " + ", ".join(CORES),
+            )
+        cell["source"] = solution_source(name)
+        filled.append(name)
+    return filled

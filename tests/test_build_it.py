@@ -1,0 +1,157 @@
+"""The build-it cells: each core's reference solution agrees with the library on every case, the usual mistakes
+are caught with the hint that names them, every build-it cell in the notebooks is a skeleton of a core followed by
+its check, and what the runner fills in passes that check. (Runs as written and filled in: tests/test_notebooks.py.)"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+from itertools import pairwise
+
+import pytest
+from conftest import REPO
+
+from labs_lib import build_it
+from labs_lib.errors import BadInput
+
+
+@pytest.mark.parametrize("name", sorted(build_it.CORES))
+def test_each_solution_agrees_with_the_library_on_every_case(name, capsys):
+    solution = build_it.CORES[name].solution
+    assert build_it.check(name, solution) is solution
+    assert f"agrees with the library on all {len(build_it.CORES[name].cases())} cases" in capsys.readouterr().out
+
+
+def _kv_query_heads(model, seq_len, bytes_per_value):
+    return 2 * model.num_layers * model.num_q_heads * (model.head_dim or 0) * bytes_per_value * seq_len
+
+
+def _kv_no_window(model, seq_len, bytes_per_value):
+    if model.is_mla:
+        return model.num_layers * (model.kv_lora_rank + model.qk_rope_head_dim) * bytes_per_value * seq_len
+    return 2 * model.num_layers * model.num_kv_heads * model.head_dim * bytes_per_value * seq_len
+
+
+def _kv_mla_as_heads(model, seq_len, bytes_per_value):
+    held = sum(min(seq_len, model.sliding_window) if model.is_sliding(i) else seq_len for i in range(model.num_layers))
+    return 2 * model.num_kv_heads * (model.head_dim or 128) * bytes_per_value * held
+
+
+def _tpot_per_chunk(times, output_tokens):
+    if not times:
+        return None, None, None, []
+    ttft, e2e = times[0] * 1000, times[-1] * 1000
+    return ttft, (e2e - ttft) / (len(times) - 1) if len(times) > 1 else None, e2e, [(b - a) * 1000 for a, b in pairwise(times)]
+
+
+def _tpot_zero_for_one_token(times, output_tokens):
+    if not times:
+        return None, None, None, []
+    ttft, e2e = times[0] * 1000, times[-1] * 1000
+    return ttft, (e2e - ttft) / max(output_tokens - 1, 1), e2e, [(b - a) * 1000 for a, b in pairwise(times)]
+
+
+def _kl_no_rest(p_top, q_top, forced=None):
+    return sum(math.exp(lp) * (lp - q_top[t]) for t, lp in p_top.items() if t in q_top)
+
+
+def _kl_reversed(p_top, q_top, forced=None):
+    return build_it.CORES["kl_lower_bound"].reference(q_top, p_top)
+
+
+def _front_strict(per_user, per_device):
+    points = list(zip(per_user, per_device, strict=True))
+    return [not any(u2 > u and d2 > d for u2, d2 in points) for u, d in points]
+
+
+def _front_beats_itself(per_user, per_device):
+    points = list(zip(per_user, per_device, strict=True))
+    return [not any(u2 >= u and d2 >= d for u2, d2 in points) for u, d in points]
+
+
+MISTAKES = [  # (core, a wrong function, what the hint must name)
+    ("kv_bytes_per_sequence", _kv_query_heads, "not the query heads"),
+    ("kv_bytes_per_sequence", _kv_no_window, "sliding layer"),
+    ("kv_bytes_per_sequence", _kv_mla_as_heads, "MLA keeps one latent"),
+    ("metrics_from_times", _tpot_per_chunk, "output tokens - 1, not by chunks"),
+    ("metrics_from_times", _tpot_zero_for_one_token, "TPOT is None"),
+    ("kl_lower_bound", _kl_no_rest, "rest"),
+    ("kl_lower_bound", _kl_reversed, "weighted by the reference P"),
+    ("on_front", _front_strict, ">= on both, > on one"),
+    ("on_front", _front_beats_itself, "a trade-off keeps all three"),
+]
+
+
+@pytest.mark.parametrize("name,wrong,hint", MISTAKES, ids=[f"{m[0]}-{m[1].__name__}" for m in MISTAKES])
+def test_a_usual_mistake_is_caught_and_named_and_the_lab_goes_on_with_the_library(name, wrong, hint, capsys):
+    assert build_it.check(name, wrong) is build_it.CORES[name].reference
+    out = capsys.readouterr().out
+    assert f"{name}: differs on" in out and hint in out and "the library's" in out, out
+
+
+def test_unwritten_and_crashing_cells_are_verdicts_not_tracebacks(capsys):
+    def unwritten(*args):
+        raise NotImplementedError
+
+    def crashes(*args):
+        return 1 / 0
+
+    reference = build_it.CORES["metrics_from_times"].reference
+    assert build_it.check("metrics_from_times", unwritten) is reference
+    assert build_it.check("metrics_from_times", crashes) is reference
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("metrics_from_times: not written yet.")
+    assert "raised ZeroDivisionError: division by zero" in out[1]
+    with pytest.raises(BadInput, match="'kv_bytes' is not allowed"):
+        build_it.check("kv_bytes", unwritten)
+
+
+def run_as_a_cell(source: str, namespace: dict) -> None:
+    """exec as a kernel runs a cell: without this file's `from __future__ import annotations` (exec would inherit it,
+    and annotations naming what the cell does not import would pass here and fail in the notebook)."""
+    exec(compile(source, "<cell>", "exec", dont_inherit=True), namespace)
+
+
+def _build_it_cells() -> list[tuple[str, list[dict], int]]:
+    found = []
+    for path in sorted((REPO / "notebooks").glob("*.ipynb")):
+        cells = json.loads(path.read_text())["cells"]
+        found += [(path.stem, cells, i) for i, c in enumerate(cells) if build_it.TAG in c["metadata"].get("tags", [])]
+    return found
+
+
+def test_every_core_has_one_skeleton_cell_followed_by_its_check():
+    cells = _build_it_cells()
+    names = [build_it.defined_in("".join(c[i]["source"])) for _, c, i in cells]
+    assert sorted(names) == sorted(build_it.CORES), names  # each core once, and no cell defines something else
+    for (lab, nb, i), name in zip(cells, names, strict=True):
+        skeleton = "".join(nb[i]["source"])
+        assert "YOUR CODE HERE" in skeleton and "raise NotImplementedError" in skeleton, lab
+        namespace: dict = {}
+        run_as_a_cell(skeleton, namespace)  # the skeleton runs, and its function says it is unwritten
+        reference = build_it.CORES[name].reference
+        case = build_it.CORES[name].cases()[0]
+        with pytest.raises(NotImplementedError):
+            namespace[name](*case.args)
+        # the participant's signature starts as the reference's does (the check calls it with the cases' arguments)
+        params = list(inspect.signature(namespace[name]).parameters)
+        assert params[: len(case.args)] == list(inspect.signature(reference).parameters)[: len(case.args)], (lab, params)
+        check = next(c for c in nb[i + 1 :] if c["cell_type"] == "code")
+        assert f'{name} = build_it.check("{name}", {name})' in "".join(check["source"]), lab
+
+
+def test_what_the_runner_fills_in_passes_the_check(capsys):
+    for lab, nb, i in _build_it_cells():
+        cells = [json.loads(json.dumps(nb[i]))]
+        [name] = build_it.fill_in(cells)
+        namespace: dict = {}
+        run_as_a_cell(cells[0]["source"], namespace)
+        assert build_it.check(name, namespace[name]) is namespace[name], lab
+    assert "differs" not in capsys.readouterr().out
+
+
+def test_a_build_it_cell_that_defines_no_core_is_refused():
+    cell = {"cell_type": "code", "metadata": {"tags": [build_it.TAG]}, "source": "def my_timer(times):\n    pass\n"}
+    with pytest.raises(BadInput, match="def my_timer"):
+        build_it.fill_in([cell])

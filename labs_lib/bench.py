@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import httpx
+import numpy as np
 
 from .endpoints import Endpoint
 from .errors import BadInput, LabsError, positive_int
@@ -89,27 +90,64 @@ async def bench(
     seed: int = 0,
     progress: bool = True,
     ignore_eos: bool = True,
+    repeats: int = 1,
 ) -> list[LoadResult]:
+    """Each load level run `repeats` times in a row (new prompts, and new arrival times open loop, each time)."""
     factory = PromptFactory(tokenizer_for(endpoint), seed=seed)
     await warm_up(endpoint)
     results = []
     levels: list[int | None] = list(concurrency) if concurrency else [None]  # None: one open-loop run at `rate`
     for level in levels:
-        specs = [RequestSpec(p, max_tokens, ignore_eos=ignore_eos) for p in factory.prompts(requests, prompt_tokens)]
-        label = f"c={level}" if level else f"rate={rate}/s"
-        results.append(
-            await run_load(
-                endpoint,
-                specs,
-                concurrency=level,
-                rate=rate,
-                seed=seed,
-                progress=progress,
-                desc=label,
-                settings={"prompt_tokens": prompt_tokens, "max_tokens": max_tokens},
+        for repeat in range(repeats):
+            specs = [RequestSpec(p, max_tokens, ignore_eos=ignore_eos) for p in factory.prompts(requests, prompt_tokens)]
+            label = (f"c={level}" if level else f"rate={rate}/s") + (f" run {repeat + 1}/{repeats}" if repeats > 1 else "")
+            settings = {"prompt_tokens": prompt_tokens, "max_tokens": max_tokens, "repeat": repeat}
+            results.append(
+                await run_load(
+                    endpoint,
+                    specs,
+                    concurrency=level,
+                    rate=rate,
+                    seed=seed + repeat,
+                    progress=progress,
+                    desc=label,
+                    settings=settings,
+                )
             )
-        )
     return results
+
+
+INTERVAL_METRICS = ("output_throughput", "request_throughput", "p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms", "p99_tpot_ms")
+
+
+def repeat_intervals(
+    runs: list[LoadResult], *, resamples: int = 1000, confidence: float = 0.95, seed: int = 0
+) -> dict[str, tuple[float | None, float | None, float | None]]:
+    """One load level run several times: each metric of INTERVAL_METRICS over all the runs together (throughput:
+    tokens or requests of all runs over their summed durations; percentiles: over the requests of all runs pooled),
+    with a `confidence` interval from a cluster bootstrap that resamples whole runs, not requests: requests of one
+    run share its moment (the machine's load then), so they are not independent draws. (point, low, high); low and
+    high are None for a single run, which has no spread to resample."""
+    pooled = _pooled(runs).summary.flat()
+    if len(runs) < 2:
+        return {m: (pooled.get(m), None, None) for m in INTERVAL_METRICS}
+    rng = np.random.default_rng(seed)
+    draws: dict[str, list[float]] = {m: [] for m in INTERVAL_METRICS}
+    for _ in range(resamples):
+        flat = _pooled([runs[i] for i in rng.integers(0, len(runs), len(runs))]).summary.flat()
+        for m in INTERVAL_METRICS:
+            if flat.get(m) is not None:
+                draws[m].append(flat[m])
+    tail = (1 - confidence) / 2 * 100
+    out: dict[str, tuple[float | None, float | None, float | None]] = {}
+    for m in INTERVAL_METRICS:
+        low, high = np.percentile(draws[m], [tail, 100 - tail]) if draws[m] else (None, None)
+        out[m] = (pooled.get(m), None if low is None else float(low), None if high is None else float(high))
+    return out
+
+
+def _pooled(runs: list[LoadResult]) -> LoadResult:
+    return LoadResult([r for run in runs for r in run.records], sum(run.duration_s for run in runs))
 
 
 async def capacity(

@@ -166,6 +166,11 @@ def check(name: str, candidate: Callable) -> Callable:
     return candidate
 
 
+def whose(function: Callable) -> str:
+    """ "yours" for a function a notebook defined (the participant's, once check() kept it), else "the library's"."""
+    return "yours" if function.__module__ == "__main__" else "the library's"
+
+
 def solution_source(name: str) -> str:
     """The cell a runner puts in place of the build-it cell: the reference's imports and source."""
     core = _core(name)

@@ -63,10 +63,19 @@ _predictions: dict[str, object] = {}  # per exercise label: what was written bef
 
 
 def record_predictions(predictions: dict[str, object]) -> None:
-    """The lab's "Predict first" cell: what the participant expects before running anything, by exercise label.
-    check_exercise compares each with the measurement once that exercise is answered."""
+    """The lab's "Predict first" cell: what the participant expects before running anything, by exercise label,
+    each a value or (value, "why"): the reason is what the comparison teaches from. check_exercise compares each
+    with the measurement once that exercise is answered, and repeats the reason beside it."""
     _predictions.clear()
     _predictions.update({str(k): v for k, v in predictions.items()})
+    given = {k: v for k, v in _predictions.items() if v is not None}
+    without = sorted(k for k, v in given.items() if not (isinstance(v, tuple) and len(v) == 2 and str(v[1]).strip()))
+    if not given:
+        print('No predictions yet: write each as (value, "why") before running the lab.')
+    elif without:
+        print(f'Predictions {", ".join(without)} have no reason: write (value, "why"); the why is what the run will test.')
+    else:
+        print(f"{len(given)} prediction(s) recorded, each with its reason.")
 
 
 def check_exercise(
@@ -104,6 +113,9 @@ def asked_to_show(answer: object) -> bool:
 def _against_prediction(prediction: Any, expected) -> str:
     if prediction is None:
         return "No prediction written before the run (the Predict first cell): predicting first is the point."
+    if isinstance(prediction, tuple) and len(prediction) == 2:  # (value, why)
+        value, why = prediction
+        return f"{_against_prediction(value, expected)} Your reason then: {str(why).strip()!r}: does the run bear it out?"
     if _matches(prediction, expected, 0.0):
         return f"Your prediction before the run, {prediction!r}, was right."
     try:

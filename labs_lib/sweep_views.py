@@ -230,3 +230,19 @@ def _pool_findings(kv_pool: pd.DataFrame | None, engine: str) -> tuple[str, str,
         )
         return overflow_text, text, bool(by_pool.iloc[-1] < 0.7 * by_pool.iloc[0])
     return overflow_text, "not testable on this engine: llama.cpp's slots, not its pool, bound how many sequences run", None
+
+
+def defaults_table(kind: str) -> pd.DataFrame:
+    """Each knob a grid may turn with engine `kind`'s own default: as recorded (the engine's DEFAULTS, with where it
+    was read) and as the installed engine states it now (installed_defaults); `agrees` where both are known. A
+    default that depends on the card is shown as recorded ("by card"): kv_math.vllm_batch_defaults has the table."""
+    cls = engine_class(kind)
+    installed = cls.installed_defaults()
+    read_in = f"installed ({installed['version']})" if installed else "installed (not readable here)"
+    rows = []
+    for knob, (recorded, where) in cls.DEFAULTS.items():
+        now = installed.get(knob, "-") if installed else "-"
+        rows.append(
+            {"knob": knob, "recorded": recorded, read_in: now, "agrees": now == recorded if now != "-" else None, "where": where}
+        )
+    return pd.DataFrame(rows)

@@ -1,6 +1,7 @@
 """The timing harness and `bench` against the real embedded engine."""
 
 import json
+import math
 import re
 import subprocess
 import sys
@@ -149,19 +150,26 @@ def test_bench_cli_against_a_running_serve(tmp_path):
             "32",
             "--max-tokens",
             "8",
+            "--repeats",
+            "2",
             "--out",
             str(out_file),
             "--json",
         )
         assert proc.returncode == 0, proc.stderr
         out = json.loads(proc.stdout)
-        assert [r["concurrency"] for r in out["results"]] == [1, 2]
+        assert [r["concurrency"] for r in out["results"]] == [1, 1, 2, 2]  # each level run twice
         for r in out["results"]:
             assert r["completed"] == 4 and r["failed"] == 0 and r["total_output_tokens"] == 32
             for key in ("output_throughput", "p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms", "p99_tpot_ms", "p50_itl_ms"):
                 assert r[key] > 0
+        # per level: each metric over both runs, inside its interval from resampling whole runs
+        assert [row["level"] for row in out["intervals"]] == ["c=1", "c=2"]
+        for row in out["intervals"]:
+            for point, low, high in (v for k, v in row.items() if k != "level"):
+                assert low <= point <= high or math.isclose(point, low) or math.isclose(point, high), row
         assert json.loads(out_file.read_text())["results"] == out["results"]
-        assert (tmp_path / "bench-c1.csv").exists()
+        assert (tmp_path / "bench-c1-run1.csv").exists() and (tmp_path / "bench-c2-run2.csv").exists()
     finally:
         serve.terminate()
         serve.wait(15)
@@ -198,6 +206,7 @@ def test_bench_wrong_key_fails_every_request_and_exits_1(monkeypatch):
         (["bench", "--endpoint", "local", "--concurrency", "0"], ["--concurrency"]),
         (["bench", "--endpoint", "local", "--requests", "many"], ["many"]),
         (["bench"], ["--endpoint"]),
+        (["bench", "--endpoint", "local", "--repeats", "0"], ["--repeats"]),
     ],
 )
 def test_bench_bad_input(args, needles):

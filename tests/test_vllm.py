@@ -393,3 +393,29 @@ def test_planner_reproduces_gpu_logs_of_three_versions_and_cards():
     plan = plan_capacity(minimax_m2, int(max_len), kv_dtype="bf16", tp=2, available_kv_gib=22.5)
     one_request = plan.blocks_per_request * plan.page_bytes * minimax_m2.num_layers
     assert round(one_request / 2**30, 2) == float(needed_gib) and not plan.fits_one_request
+
+
+def test_the_recorded_defaults_are_what_the_installed_vllm_declares(vllm_installed):
+    """Lab 03's defaults table: every fixed default the labs recorded from vLLM's source (VLLMEngine.DEFAULTS) is what
+    the installed vLLM's config classes declare now, read at run time; the card-dependent ones stay as recorded."""
+    from labs_lib.sweep_views import defaults_table
+
+    table = defaults_table("vllm").set_index("knob")
+    installed = next(c for c in table.columns if c.startswith("installed ("))
+    assert "vllm" in installed and "not readable" not in installed, installed
+    fixed = table[table.recorded != "by card"]
+    assert list(fixed.index) == ["prompt_cache", "chunked_prefill", "gpu_memory_utilization", "kv_cache_dtype"]
+    assert fixed.agrees.all(), fixed[[installed, "recorded"]]
+    assert (table.loc[table.recorded == "by card", installed] == "-").all()
+
+
+def test_without_vllm_the_defaults_table_says_so_and_keeps_the_recorded_values():
+    # a process that finds no vLLM (LABS_VLLM_PYTHON names nothing), as on a laptop without make setup-vllm
+    code = "from labs_lib.sweep_views import defaults_table; print(defaults_table('vllm').to_json(orient='split'))"
+    env = {**os.environ, "LABS_VLLM_PYTHON": "/nonexistent/python"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    table = json.loads(proc.stdout)
+    assert "installed (not readable here)" in table["columns"], proc.stderr
+    rows = [dict(zip(table["columns"], r, strict=True)) for r in table["data"]]
+    assert all(r["agrees"] is None for r in rows)
+    assert {r["knob"]: r["recorded"] for r in rows} == {k: v for k, (v, _) in VLLMEngine.DEFAULTS.items()}

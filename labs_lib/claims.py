@@ -349,7 +349,72 @@ def vllm_claims_table(seed: int = 0) -> pd.DataFrame:
             _context_ratio_row(),
             _block_size_oom_row(),
             _util_tpot_row(),
+            _config_toml_row(),
         ]
+    )
+
+
+# Seed 004's config.toml, key by key: the `vllm serve` flag that would carry it (None: no server setting at all)
+# and why, from vLLM's own code. The flags are checked against vLLM 0.33.0's list (data/vllm_serve_flags_0.33.0.txt,
+# its --help=all; tests/test_claims.py checks the installed vLLM's list gives the same answers).
+ARTICLE_CONFIG_KEYS: dict[str, tuple[str | None, str]] = {
+    "server.host": ("--host", "the address the API server binds"),
+    "server.port": ("--port", "the API server's port"),
+    "server.api_base": (None, "a client's setting: where requests go (the server is the API base)"),
+    "server.api_key_env": (None, "vLLM takes --api-key or VLLM_API_KEY; no flag names another variable"),
+    "model.name": ("--model", "`vllm serve MODEL` (or --model)"),
+    "model.max_model_len": ("--max-model-len", "the context limit; it sets the KV cache a sequence may need"),
+    "model.dtype": ("--dtype", "float16 is one of its choices"),
+    "kv_cache.enabled": (None, "vLLM always serves from its paged KV cache: there is nothing to turn off"),
+    "kv_cache.block_size": ("--block-size", "tokens per KV block"),
+    "kv_cache.gpu_memory_utilization": ("--gpu-memory-utilization", "the share of the card vLLM may take; 0.92 by default"),
+    "kv_cache.swap_space_gb": ("--swap-space", "removed with vLLM V0's swapping: vLLM 0.33 refuses it ('unrecognized arguments')"),
+    "quantization.enabled": (None, "vLLM reads a quantized checkpoint's method from its config.json; no on/off switch"),
+    "quantization.method": ("--quantization", "awq and gptq are vLLM methods (QuantizationMethods); plain int8 and int4 are not (fp8 and int8_per_channel_weight_only are)"),
+    "quantization.calibration_samples": (None, "calibration happens when a checkpoint is quantized offline (llm-compressor), not when it is served"),
+    "sampling.temperature": (None, "per request, in the request body (a server default: --generation-config)"),
+    "sampling.top_p": (None, "per request, in the request body"),
+    "sampling.max_tokens": (None, "per request, in the request body"),
+    "metrics.enable_ttft": (None, "measured, not enabled: /metrics always exports vllm:time_to_first_token_seconds"),
+    "metrics.enable_tpot": (None, "measured, not enabled: /metrics always exports vllm:inter_token_latency_seconds"),
+    "metrics.enable_throughput": (None, "measured, not enabled: /metrics always counts vllm:generation_tokens_total"),
+}  # fmt: skip
+
+
+def article_config_table(flags: frozenset[str] | None = None) -> pd.DataFrame:
+    """Seed 004's config.toml (data/article_config_seed004.toml) key by key: its value, the `vllm serve` flag that
+    would carry it, whether that flag exists (in `flags`, by default vLLM 0.33.0's), and why."""
+    import tomllib
+
+    config = tomllib.loads((DATA_DIR / "article_config_seed004.toml").read_text())
+    flags = flags if flags is not None else frozenset((DATA_DIR / "vllm_serve_flags_0.33.0.txt").read_text().split())
+    rows = []
+    for section, values in config.items():
+        for key, value in values.items():
+            flag, why = ARTICLE_CONFIG_KEYS[f"{section}.{key}"]
+            rows.append(
+                {
+                    "key": f"{section}.{key}",
+                    "value": value,
+                    "vllm serve flag": flag or "-",
+                    "exists": bool(flag and flag in flags),
+                    "why": why,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def _config_toml_row() -> dict:
+    table = article_config_table()
+    carried = int(table.exists.sum())
+    return row(
+        "s004-config-toml",
+        f"{carried} of {len(table)} keys name a vllm serve 0.33 flag",
+        "keys",
+        False,
+        "no server reads this file: `vllm serve --config` takes YAML of its own flag names, and llama.cpp's server "
+        "takes flags too. The rest are a client's settings, per-request sampling, measurements, or gone "
+        "(--swap-space); claims.article_config_table lists each key with its reason",
     )
 
 

@@ -124,3 +124,38 @@ def test_the_settings_table_computes_what_it_says():
     sizes = re.findall(r"block \d+: ([\d,]+) tokens", rows["s004-smaller-block-for-oom"]["computed"])
     assert len(sizes) == 3 and max(int(s.replace(",", "")) for s in sizes) - min(int(s.replace(",", "")) for s in sizes) <= 32
     assert f"default {VLLM_UTIL}" in rows["s001-util-default-low"]["computed"]
+
+
+def test_the_article_config_table_holds_for_the_installed_vllm(vllm_installed):
+    """Seed 004's config.toml judged against the installed vLLM's own flag list and quantization methods, not only
+    the recorded 0.33.0 list the lab shows."""
+    from pathlib import Path
+
+    from labs_lib.claims import article_config_table
+    from labs_lib.engines.vllm import find_vllm, known_flags
+
+    recorded, installed = article_config_table(), article_config_table(known_flags()[1])
+    assert list(installed.exists) == list(recorded.exists), installed[installed.exists != recorded.exists]
+    site = next(Path(find_vllm().python).parent.parent.glob("lib/python3*/site-packages")) / "vllm"
+    methods = (site / "model_executor" / "layers" / "quantization" / "__init__.py").read_text()
+    methods = methods[methods.index("QuantizationMethods = Literal[") :].split("]", 1)[0]
+    assert all(f'"{m}"' in methods for m in ("awq", "gptq", "fp8", "int8_per_channel_weight_only"))
+    assert '"int8"' not in methods and '"int4"' not in methods
+
+
+def test_the_article_config_is_the_articles_own():
+    """data/article_config_seed004.toml is seed 004's config with its line breaks put back: every key = value pair
+    is in the article as printed, and the table judges every key of it."""
+    import tomllib
+
+    from labs_lib.claims import ARTICLE_CONFIG_KEYS, article_config_table
+    from labs_lib.paths import DATA_DIR
+
+    text = (DATA_DIR / "article_config_seed004.toml").read_text()
+    seed = REPO.parent / "shared" / "seeds" / "004_fb39d58077a52d92.txt"
+    if seed.exists():
+        printed = seed.read_text()
+        pairs = [line.split("#")[0].strip() for line in text.splitlines() if "=" in line and not line.startswith("#")]
+        assert all(pair in printed for pair in pairs), [p for p in pairs if p not in printed]
+    keys = [f"{s}.{k}" for s, values in tomllib.loads(text).items() for k in values]
+    assert keys == list(ARTICLE_CONFIG_KEYS) == list(article_config_table().key)

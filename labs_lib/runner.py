@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from . import build_it
 from .errors import BadInput, writable_path
 from .params import check_notebook, engine_name
 from .paths import CHECKOUT_DIR, NOTEBOOKS_DIR, PROJECT_DIR, runs_dir
@@ -163,6 +162,8 @@ def _kernel_manager_class() -> dict:
 
 def _filled_in(notebook: Path, folder: Path) -> Path:
     """A copy of `notebook` in `folder` whose build-it cells hold the library's reference (build_it.fill_in)."""
+    from . import build_it  # here: it imports the measurement modules, which `labs run`'s checks need not wait for
+
     nb = json.loads(notebook.read_text())
     build_it.fill_in(nb["cells"])
     copy = folder / notebook.name

@@ -70,6 +70,23 @@ def _front_beats_itself(per_user, per_device):
     return [not any(u2 >= u and d2 >= d for u2, d2 in points) for u, d in points]
 
 
+def _classify_by_text_only(status, message):
+    low = message.lower()
+    return (
+        "context_exceeded"
+        if "context" in low
+        else "auth"
+        if "unauthorized" in low
+        else "model_not_found"
+        if "model" in low
+        else "unknown"
+    )
+
+
+def _classify_every_404_a_model(status, message):
+    return build_it.classify(status, message) if status != 404 else "model_not_found"
+
+
 MISTAKES = [  # (core, a wrong function, what the hint must name)
     ("kv_bytes_per_sequence", _kv_query_heads, "not the query heads"),
     ("kv_bytes_per_sequence", _kv_no_window, "sliding layer"),
@@ -80,6 +97,8 @@ MISTAKES = [  # (core, a wrong function, what the hint must name)
     ("kl_lower_bound", _kl_reversed, "weighted by the reference P"),
     ("on_front", _front_strict, ">= on both, > on one"),
     ("on_front", _front_beats_itself, "a trade-off keeps all three"),
+    ("classify", _classify_by_text_only, "a 404 about no model"),
+    ("classify", _classify_every_404_a_model, "the URL's path is wrong"),
 ]
 
 

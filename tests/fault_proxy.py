@@ -2,7 +2,8 @@
 and gateways do. It never answers in an engine's place, except as a gateway does when its upstream
 is down (502, the body nginx sends). Modes:
 
-- "pass": forward both ways.
+- "pass": forward both ways, counting each open response's SSE `data:` lines (`streaming`): a test waits on
+  streams seen decoding on the wire, not on an engine's gauges.
 - "cut_before_usage": forward the response until the SSE line that carries a non-null `usage`, then
   drop both connections (a connection lost at the end of a stream).
 - "gateway": forward; when the upstream refuses the connection, answer 502 Bad Gateway.
@@ -50,10 +51,17 @@ class FaultProxy:
         self.port = 0
         self.cuts = 0
         self.echoed: list[str] = []  # echo_auth: the bodies sent in the upstream's place
+        self.connections = 0
+        self.data_lines: dict[int, int] = {}  # open connection -> SSE data lines its response has relayed
         ready = threading.Event()
         self.thread = threading.Thread(target=self._run, args=(ready,), daemon=True)
         self.thread.start()
         ready.wait(10)
+
+    def streaming(self, lines: int) -> int:
+        """Open connections whose response has relayed at least `lines` SSE data lines (read across threads:
+        a snapshot of the dict, which only the proxy's loop writes)."""
+        return sum(n >= lines for n in list(self.data_lines.values()))
 
     @property
     def base_url(self) -> str:
@@ -79,6 +87,9 @@ class FaultProxy:
             return
 
         request_head = bytearray()
+        self.connections += 1
+        conn = self.connections
+        self.data_lines[conn] = 0
 
         async def pump(reader, writer, response: bool):
             seen = b""
@@ -104,11 +115,14 @@ class FaultProxy:
                             self.cuts += 1
                             break
                         seen = seen[-65536:]
+                    if response and conn in self.data_lines:
+                        self.data_lines[conn] += data.count(b"data: ")
                     writer.write(data)
                     await writer.drain()
             except (ConnectionError, OSError):
                 pass
             finally:
+                self.data_lines.pop(conn, None)
                 for w in (client_w, up_w):
                     w.close()
 

@@ -80,14 +80,14 @@ def cut_two_and_refused_four(result) -> None:
     assert len(never) == 4 and all(r.error.startswith(TRANSPORT) for r in never), [r.error for r in never]
 
 
-def killed_mid_stream(engine, decoding, max_tokens: int):
-    """Six streams of `max_tokens`, two at a time; once `decoding(engine)` reports two decoding, the engine's
-    whole process group is killed (SIGKILL). Returns the run."""
+def killed_mid_stream(engine, decoding, max_tokens: int, endpoint: Endpoint | None = None):
+    """Six streams of `max_tokens`, two at a time, to `endpoint` (default: the engine's own); once
+    `decoding(engine)` reports two decoding, the engine's whole process group is killed (SIGKILL). Returns the run."""
 
     async def run():
         event = asyncio.create_task(decoding(engine))
         load = asyncio.create_task(
-            run_load(endpoint_for(engine), specs(6, max_tokens), concurrency=2, progress=False, timeout_s=600)
+            run_load(endpoint or endpoint_for(engine), specs(6, max_tokens), concurrency=2, progress=False, timeout_s=600)
         )
         try:
             errors = await ended_before(event, load)
@@ -125,12 +125,12 @@ def test_connection_cut_before_the_usage_chunk():
 FREEZE_TIMEOUTS_S = (3.0, 10.0, 30.0, 90.0)
 
 
-def frozen_mid_stream(engine, decoding, max_tokens: int = 400) -> tuple[object, float, float]:
-    """Two streams of `max_tokens`; once `decoding(engine)` reports both decoding, the engine's whole process group is
-    frozen (SIGSTOP), and thawed when the run returns. Returns the run, the seconds from the freeze to the
-    run's end, and the read timeout it ran with. The freeze lasts until the run returns, so a run that
-    returns at all was ended by the client's timeout."""
-    endpoint = endpoint_for(engine)
+def frozen_mid_stream(engine, decoding, max_tokens: int = 400, endpoint: Endpoint | None = None) -> tuple[object, float, float]:
+    """Two streams of `max_tokens` to `endpoint` (default: the engine's own); once `decoding(engine)` reports both
+    decoding, the engine's whole process group is frozen (SIGSTOP), and thawed when the run returns. Returns the
+    run, the seconds from the freeze to the run's end, and the read timeout it ran with. The freeze lasts until
+    the run returns, so a run that returns at all was ended by the client's timeout."""
+    endpoint = endpoint or endpoint_for(engine)
 
     async def attempt(timeout_s: float):
         event = asyncio.create_task(decoding(engine))

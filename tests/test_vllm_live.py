@@ -19,9 +19,10 @@ import numpy as np
 import psutil
 import pytest
 from conftest import as_from_a_terminal, require_vllm, wait_for
+from fault_proxy import FaultProxy
 from test_faults import accounted, cut_two_and_refused_four, frozen_mid_stream, killed_mid_stream, specs
 
-from labs_lib.endpoints import endpoint_for
+from labs_lib.endpoints import Endpoint, endpoint_for
 from labs_lib.engines import EngineConfig, make_engine
 from labs_lib.engines.metrics import delta, scrape, token_counts
 from labs_lib.kv_math import plan_capacity
@@ -32,8 +33,8 @@ from labs_lib.timing import RequestSpec, measure
 
 pytestmark = pytest.mark.vllm
 KV_GIB, MAX_LEN, SEQS = 1, 2048, 4
-# the fault tests' streams: the event comes after a few tokens, so a long stream costs nothing, and it leaves a run no
-# way to finish a stream before the event (CI once saw four of six 300-token streams end before a late scrape)
+# the fault tests' streams: the event comes after a few tokens, so a long stream costs nothing, and no stream can end
+# before the event on however slow a machine
 STREAM_TOKENS = 1800
 
 
@@ -167,23 +168,21 @@ def test_serve_cli_starts_vllm_and_stops_on_sigint_leaving_nothing():
 # ---- faults (test_faults.py's, on vLLM); the frozen engine thaws and is checked to serve again
 
 
-async def both_sequences_decoding(engine, tokens: int = 8, limit_s: float = 600) -> None:
-    """The event, not a guess of its time: vLLM's /metrics shows two running sequences and `tokens` generated
-    since this call (the counters are the engine's lifetime totals, and the module's engine has served before),
-    and no request finished since: the event is "the first two streams are decoding", and a run that got past
-    it unseen (a scrape that came too late on a busy machine) fails here with that reason, not as a miscount."""
-    deadline = time.monotonic() + limit_s
-    before: dict[str, float] | None = None
-    while time.monotonic() < deadline:
-        m = await asyncio.to_thread(scrape, engine.root_url, engine.headers())
-        before = m if before is None else before
-        generated = m.get("vllm:generation_tokens_total", 0) - before.get("vllm:generation_tokens_total", 0)
-        finished = m.get("vllm:request_success_total", 0) - before.get("vllm:request_success_total", 0)
-        assert finished == 0, f"{finished:.0f} request(s) finished before two were seen decoding"
-        if m.get("vllm:num_requests_running", 0) >= 2 and generated >= tokens:
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"two sequences were not decoding within {limit_s:.0f} s")
+def two_streams_on_the_wire(proxy: FaultProxy, lines: int = 4, limit_s: float = 600):
+    """The event, seen where the client sees it: two open responses through `proxy` have each relayed `lines` SSE
+    data lines (the role chunk and then tokens). vLLM's /metrics gauges, scraped, twice let CI's runs pass it
+    unseen (four of six streams ended before it; later the first two ended with no scrape showing two running);
+    what crosses the wire cannot be missed or stale."""
+
+    async def wait(_engine) -> None:
+        deadline = time.monotonic() + limit_s
+        while time.monotonic() < deadline:
+            if proxy.streaming(lines) >= 2:
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"two streams had not relayed {lines} data lines within {limit_s:.0f} s")
+
+    return wait
 
 
 def test_64_concurrent_streams_against_max_num_seqs_4(vllm):
@@ -197,13 +196,13 @@ def test_64_concurrent_streams_against_max_num_seqs_4(vllm):
 
 
 def test_engine_frozen_past_the_timeout(vllm):
-    # the guard leads the group: API server and engine core freeze together. STREAM_TOKENS: no stream can end before
-    # the event, however late a scrape sees it
-    result, waited_s, timeout_s = frozen_mid_stream(vllm, both_sequences_decoding, max_tokens=STREAM_TOKENS)
+    # the guard leads the group: API server and engine core freeze together
+    with FaultProxy(vllm.port, "pass") as proxy:
+        proxied = Endpoint("proxied", proxy.base_url, vllm.model_id)
+        result, waited_s, timeout_s = frozen_mid_stream(vllm, two_streams_on_the_wire(proxy), STREAM_TOKENS, proxied)
     accounted(result, 2)
     assert result.summary.failed == 2 and all("ReadTimeout" in r.error for r in result.records), [r.error for r in result.records]
-    # mid-stream: /metrics can count a token the API server has not yet sent, so one stream may have none
-    assert any(r.chunks > 0 for r in result.records)
+    assert all(r.chunks > 0 for r in result.records)  # both were mid-stream: the relay passed their tokens on
     assert waited_s < timeout_s + 30, (waited_s, timeout_s)  # the timeout ended the run, not a thaw
     # and the engine serves again once it thaws
     after = run_blocking(run_load(endpoint_for(vllm), specs(1, 4), concurrency=1, progress=False, timeout_s=600))
@@ -213,9 +212,13 @@ def test_engine_frozen_past_the_timeout(vllm):
 def test_engine_killed_mid_stream(vllm):
     # the last test of this module: it kills the module's engine (a vLLM start less than an engine of its own;
     # the fixture's stop() then finds the process group gone)
-    # the engine idle first: a stream the frozen test abandoned would otherwise count as one of "two decoding"
+    # the engine idle first: a stream the frozen test abandoned would share the engine with the two
     idle = lambda: scrape(vllm.root_url, vllm.headers())  # noqa: E731
     wait_for(lambda: not any(idle().get(f"vllm:num_requests_{s}", 0) for s in ("running", "waiting")), 300, "an idle engine", 0.2)
-    result = killed_mid_stream(vllm, both_sequences_decoding, max_tokens=STREAM_TOKENS)
+    # through a relay that only forwards and counts: a stream cut by the kill reaches the client as the relay's
+    # closed connection, and a request after the kill as a connection closed unanswered (both transport errors)
+    with FaultProxy(vllm.port, "pass") as proxy:
+        proxied = Endpoint("proxied", proxy.base_url, vllm.model_id)
+        result = killed_mid_stream(vllm, two_streams_on_the_wire(proxy), STREAM_TOKENS, proxied)
     cut_two_and_refused_four(result)
     assert not vllm.is_running()

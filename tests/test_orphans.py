@@ -221,15 +221,10 @@ def test_serve(sig, moment):
 
 @pytest.mark.vllm
 def test_serve_vllm_mid_stream():
-    """Mid-stream: the API server and the engine core both run (the core's start is test_serve_vllm_start_up's moment).
-    SIGINT at this moment is test_vllm_live's serve test; SIGTERM takes serve's SIGINT path (cli/serve.py's on_term),
+    """Mid-stream: the API server and the engine core both run. The moment the core appears is
+    test_runner_mid_notebook's on vLLM (SIGKILL, a deeper tree: runner, kernel, guard, API server, core). SIGINT at this moment is test_vllm_live's serve test; SIGTERM takes serve's SIGINT path (cli/serve.py's on_term),
     proven on llama.cpp (a vLLM start costs a minute, so neither is made again)."""
     serve_then_signal(signal.SIGKILL, "mid-stream", f"serve-vllm-SIGKILL-{os.getpid()}", engine="vllm")
-
-
-@pytest.mark.vllm
-def test_serve_vllm_start_up():
-    serve_then_signal(signal.SIGKILL, "start-up", f"serve-vllm-start-{os.getpid()}", engine="vllm")
 
 
 def on_both_engines(vllm_signal: str) -> list:

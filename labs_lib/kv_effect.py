@@ -12,9 +12,9 @@ from itertools import pairwise
 
 import httpx
 import pandas as pd
-from tqdm.auto import tqdm
 
 from .engines.llamacpp_api import LlamaCppAPI
+from .progress import bar as tqdm
 
 
 def _stream_tokens(api: LlamaCppAPI, client: httpx.Client, prompt_ids: list[int], n_tokens: int) -> tuple[list[int], list[float]]:

@@ -230,7 +230,7 @@ def _client(endpoint: Endpoint, connections: int, timeout_s: float) -> httpx.Asy
 
 
 def _progress(total: int, desc: str, enabled: bool):
-    from tqdm.auto import tqdm
+    from .progress import bar as tqdm
 
     return tqdm(total=total, desc=desc, unit="req", disable=not enabled, leave=False)
 

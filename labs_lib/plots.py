@@ -333,3 +333,61 @@ def quant_tradeoff_figure(rows, quality: str = "perplexity"):
         ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+def decode_cost_figure(spec, gpu: str, kv_dtype: str, points: int = 48, steps: int = 4096):
+    """Left: cumulative decode work (PFLOP) over `steps` generated tokens, without a KV cache (the whole pass over
+    all t tokens each step) and with one (one token per step). Right: the memory-bound TPOT floor (ms) by context
+    on `gpu`: bf16 weights + `kv_dtype` KV read once per step / the card's bandwidth.
+    Returns (figure, work without / with the cache after `steps` tokens, (contexts, floor_ms))."""
+    from .catalogs import gpu_spec
+    from .kv_math import weight_bytes
+    from .roofline import decode_step_flops
+
+    t = np.arange(1, steps + 1)
+    with_cache = np.cumsum(decode_step_flops(spec, t))
+    without_cache = np.cumsum(decode_step_flops(spec, t, cached=False))
+    bandwidth = gpu_spec(gpu)["bandwidth_gb_per_s"] * 1e9
+    contexts = np.unique(np.geomspace(1, spec.max_position_embeddings or 131072, points).astype(int))
+    weights_b = weight_bytes(spec, "bf16")
+    floor_ms = np.array([weights_b + kv_cache(spec, int(n), 1, kv_dtype).kv_bytes for n in contexts]) / bandwidth * 1000
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 3.6))
+    a.plot(t, without_cache / 1e15, label="no cache: the whole pass over all t tokens")
+    a.plot(t, with_cache / 1e15, label="KV cache: one token per step")
+    a.set(xlabel="tokens generated", ylabel="cumulative decode work (PFLOP)", title=f"{spec.name}: decoding {steps:,} tokens")
+    b.plot(contexts, floor_ms, marker=".")
+    b.axhline(weights_b / bandwidth * 1000, color="grey", ls=":", label="weights alone")
+    title = f"With the cache: bf16 weights + {kv_dtype} KV read per step on {gpu}"
+    b.set(xscale="log", xlabel="context (tokens)", ylabel="TPOT floor (ms)", title=title)
+    for ax in (a, b):
+        ax.legend()
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig, float(without_cache[-1] / with_cache[-1]), (contexts, floor_ms)
+
+
+def sliding_window_figure(models: list[str], lengths, kv_dtype: str = "bf16"):
+    """KV cache of one sequence (GiB) by context length (log-log), one line per model: a sliding layer's cache stops
+    growing at its window."""
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    for name in models:
+        s = load_model(name)
+        window = f" (W={s.sliding_window})" if s.sliding_window else ""
+        gib = [kv_cache(s, int(n), 1, kv_dtype).kv_bytes / GIB for n in lengths]
+        ax.plot(lengths, gib, label=f"{s.name}: {s.num_sliding_layers}/{s.num_layers} layers slide{window}")
+    ax.set(xscale="log", yscale="log", xlabel="context length (tokens)", ylabel="KV cache, one sequence (GiB)")
+    ax.set_title("Windows cap the cache of sliding layers")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def kv_pool_figure(pool):
+    """The KV MiB llama.cpp logged at each n_ctx beside lab 01's llamacpp_layout (sweep_views.kv_pool_table's rows)."""
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    ax.plot(pool["n_ctx asked"], pool["KV MiB (logged)"], marker="o", label="logged by llama.cpp")
+    ax.plot(pool["n_ctx asked"], pool["KV MiB (lab-01 math)"], ls="--", label="lab-01 llamacpp_layout")
+    ax.set(xscale="log", xlabel="n_ctx (cells for 4 slots)", ylabel="KV cache (MiB)", title="KV pool: engine vs calculator")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    return fig

@@ -173,7 +173,7 @@ def _convert(raw: np.ndarray, source: QType, target: QType, row_length: int) -> 
 
 def build_variant(name: str, *, source: Path | None = None, force: bool = False, progress: bool = True) -> Variant:
     """The variant's GGUF in the cache: reused when present and complete, else built (seconds)."""
-    from tqdm.auto import tqdm
+    from .progress import bar as tqdm
 
     name = check_variant(name)
     path = variant_path(name)

@@ -138,7 +138,7 @@ async def compare_variants(
     """Every weight variant with an f16 KV cache, then kv_variant with each quantized KV cache (flash attention on).
     Agreement columns (quality.agreement: means and 95% intervals) compare each row with `reference` (f16 KV),
     KV rows with kv_variant at f16. The reference defaults to the shipped Q4_K_M, the only original here."""
-    from tqdm.auto import tqdm
+    from .progress import bar as tqdm
 
     settings = settings or QuantSettings()
     variants = [check_variant(v) for v in variants]
@@ -187,7 +187,7 @@ async def compare_models(models: list[dict], *, settings: QuantSettings | None =
     """The same measurements through vLLM: each entry is EngineConfig fields, e.g.
     {"model": "Qwen/Qwen2.5-7B-Instruct-AWQ", "quantization": "awq"} or {"model": …, "kv_cache_dtype": "fp8"}.
     Agreement columns compare every row with the first."""
-    from tqdm.auto import tqdm
+    from .progress import bar as tqdm
 
     settings = settings or QuantSettings()
     rows: list[dict[str, Any]] = []

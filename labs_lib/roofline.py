@@ -151,3 +151,60 @@ def roofline_row(
         "measured_tokens_per_s": measured,
         "measured_vs_bound": measured / bound if measured else None,
     }
+
+
+def measured_rows(
+    what: str,
+    weight_bytes: int,
+    kv_bytes_per_token: int,
+    context_tokens: int,
+    bandwidth_bytes_per_s: float,
+    tpot_ms_by_batch: dict[int, float],
+    compute_tokens_per_s: float | None = None,
+) -> list[dict]:
+    """roofline_row for each batch size an engine was measured at (batch -> median TPOT, ms)."""
+    return [
+        roofline_row(
+            what,
+            weight_bytes,
+            kv_bytes_per_token,
+            context_tokens,
+            bandwidth_bytes_per_s,
+            tpot,
+            batch=batch,
+            compute_tokens_per_s=compute_tokens_per_s,
+        )
+        for batch, tpot in tpot_ms_by_batch.items()
+    ]
+
+
+def catalogue_rows(
+    model: str = "llama-3.1-8b",
+    gpus: tuple[str, ...] = ("L4", "A100-80GB", "H100-SXM", "H200"),
+    batches: tuple[int, ...] = (1, 64),
+    context_tokens: int = 2048,
+) -> list[dict]:
+    """The roofs of `model` in bf16 (weights and KV) on catalogue cards: the card's bandwidth and dense bf16 FLOP/s,
+    nothing measured."""
+    from .kv_math import kv_cache, weight_bytes
+    from .models import load_model
+
+    spec = load_model(model)
+    rows = []
+    for gpu in gpus:
+        card = gpu_spec(gpu)
+        # 2 FLOPs per parameter per token; a model whose parameter count is unknown gets no compute roof
+        compute = compute_bound_tokens_per_s(card["bf16_dense_tflops"] * 1e12, spec.params) if spec.params else None
+        for batch in batches:
+            rows.append(
+                roofline_row(
+                    f"{gpu}, {spec.name} bf16",
+                    weight_bytes(spec, "bf16"),
+                    kv_cache(spec, 1, 1, "bf16").kv_bytes_per_token,
+                    context_tokens,
+                    card["bandwidth_gb_per_s"] * 1e9,
+                    batch=batch,
+                    compute_tokens_per_s=compute,
+                )
+            )
+    return rows

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from . import progress
 from .errors import BadInput, writable_path
 from .params import check_notebook, engine_name
 from .paths import CHECKOUT_DIR, NOTEBOOKS_DIR, PROJECT_DIR, runs_dir
@@ -145,6 +146,21 @@ def _kernel_env() -> None:
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
 
 
+@contextlib.contextmanager
+def _text_progress_in_kernels():
+    """The kernels started meanwhile draw text bars (labs_lib.progress): a saved notebook shows their final state.
+    The runner's own process keeps its setting once the series ends."""
+    before = os.environ.get(progress.ENV)
+    os.environ[progress.ENV] = "text"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(progress.ENV, None)
+        else:
+            os.environ[progress.ENV] = before
+
+
 def _kernel_manager_class() -> dict:
     """nbclient's kernel manager with IPC sockets: same-machine only, no TCP ports (nor warnings about them).
 
@@ -222,7 +238,7 @@ def run_series(
     results = []
     bar = tqdm(notebooks, desc="labs", unit="notebook", disable=not progress, file=sys.stderr)
     # a filled-in run reads a copy of each notebook; the copies go when the series ends, however it ends
-    with tempfile.TemporaryDirectory(prefix="labs-filled-in-") as filled:
+    with tempfile.TemporaryDirectory(prefix="labs-filled-in-") as filled, _text_progress_in_kernels():
         filled_dir = Path(filled)
         for nb in bar:
             bar.set_postfix_str(nb.stem)

@@ -160,7 +160,7 @@ async def slo_capacity(
     start_rps, max_rps = positive_number("start_rps", start_rps), positive_number("max_rps", max_rps)
     max_points = positive_int("max_points", max_points, maximum=100)
     check_search(slo, percentile, requests, start_rps, max_rps, max_points)
-    from tqdm.auto import tqdm
+    from .progress import bar as tqdm
 
     found = SLOCapacity(slo, percentile, None, None)
     bar = tqdm(total=max_points, desc="SLO capacity", unit="rate", disable=not progress)

@@ -464,7 +464,7 @@ async def run_sweep(
     With `keep`, an engine kept running by the previous sweep serves this grid's points of the same configuration
     (as one engine serves all the workloads of one configuration), and this sweep's last engine is kept for the
     next; `keep.close()` (or `with KeptEngine() as keep`) stops it."""
-    from tqdm.auto import tqdm
+    from .progress import bar as tqdm
 
     out_path = writable_path("results file", out_path)  # before any engine starts
     done = {r["point_id"] for r in read_rows(out_path, repair=True)}

@@ -60,6 +60,24 @@ def kv_pool_table(df: pd.DataFrame, engine: str) -> pd.DataFrame:
     return pd.DataFrame([engine_class(engine).kv_pool_row(r.to_dict()) for _, r in ok.iterrows()])
 
 
+def with_planned_concurrency(pool: pd.DataFrame, model: str, on_cpu: bool) -> tuple[pd.DataFrame, str | None]:
+    """vLLM's kv_pool_table with lab 01's planner beside it: 'planned max concurrency' for each point's pool (asked on
+    CPU, logged as available on a GPU) and max_model_len, in blocks of 128 tokens on CPU, 16 on a GPU. Returns the
+    table, and why the planner could not be applied (a model the catalogue lacks), else None."""
+    from .errors import BadInput
+    from .kv_math import plan_capacity
+
+    pool_gib = pool["KV pool GiB (asked)"] if on_cpu else pool["available KV GiB (logged)"]
+    try:
+        planned = [
+            plan_capacity(model, int(m), available_kv_gib=float(g), block_size=128 if on_cpu else 16).max_concurrency
+            for m, g in zip(pool["max_model_len"], pool_gib, strict=True)
+        ]
+    except (BadInput, TypeError, ValueError) as exc:
+        return pool, str(exc)
+    return pool.assign(**{"planned max concurrency": planned}), None
+
+
 def cache_hit_table(df: pd.DataFrame, engine: str) -> pd.DataFrame:
     """Prompt tokens served from the cache, per configuration, from the engine's own counters."""
     names = engine_class(engine).counters

@@ -25,6 +25,7 @@ MEASURED_TABLES = {
     "article_checks": REPO / "labs_lib" / "sweep_views.py",
     "timing_article_checks": REPO / "labs_lib" / "claims.py",
     "quant_article_checks": REPO / "labs_lib" / "quant_compare.py",
+    "connection_article_checks": REPO / "labs_lib" / "doctor" / "troubleshoot.py",
 }
 
 

@@ -281,3 +281,45 @@ def test_an_sdk_without_a_key_is_diagnosed_as_no_key_sent(monkeypatch):
     with pytest.raises(openai.OpenAIError) as caught:
         openai.OpenAI(base_url="http://127.0.0.1:9/v1")
     assert diagnose(caught.value).code == "no_key"
+
+
+def test_the_sdk_refuses_a_client_with_no_key_and_the_environment_is_restored(monkeypatch):
+    """Why keyless local servers get a placeholder key: the SDK's own refusal, read with its key variables hidden."""
+    from labs_lib.doctor.troubleshoot import sdk_without_a_key
+
+    monkeypatch.setenv("OPENAI_API_KEY", "kept-for-the-test")
+    said = sdk_without_a_key()
+    assert "api_key" in said and "OPENAI_API_KEY" in said, said
+    assert os.environ["OPENAI_API_KEY"] == "kept-for-the-test"
+
+
+def test_a_report_becomes_one_row_naming_its_first_failure_else_its_first_warning():
+    from labs_lib.doctor import Check, Report
+    from labs_lib.doctor.troubleshoot import reports_table
+
+    warn = Check("stream", "warn", "no usage chunk", cause="the server sends none", fix="count chunks")
+    fail = Check("auth", "fail", "HTTP 401", cause="wrong key", fix="set the key")
+    table = reports_table({"warned": Report({}, [warn]), "failed": Report({}, [warn, fail]), "healthy": Report({})})
+    rows = table.set_index("setup").to_dict("index")
+    assert rows["failed"]["first finding"] == "auth" and rows["failed"]["verdict"] == "fail"
+    assert rows["warned"]["first finding"] == "stream" and rows["warned"]["fix"] == "count chunks"
+    assert rows["healthy"] == {"verdict": "ok", "first finding": "-", "cause": "", "fix": ""}
+
+
+def test_the_empty_key_claim_is_judged_only_by_what_vllm_served(monkeypatch):
+    """Without vLLM's section the claim says what it needs; with it, keys served without --api-key refute it."""
+    from labs_lib.doctor.troubleshoot import Outcome, connection_article_checks
+
+    monkeypatch.delenv("TAOTOKEN_API_KEY", raising=False)
+    unjudged = connection_article_checks("wrong-key", "Invalid API Key", {"error": "Unauthorized"}, [])
+    assert unjudged.iloc[-1]["verdict"] == "depends" and "needs vLLM" in unjudged.iloc[-1]["why"]
+    assert unjudged.iloc[2]["computed"] == "not testable here"  # TaoToken's body: only TaoToken can say
+    served = [
+        Outcome("vLLM: the right URL and model (api_key 'none')", True),
+        Outcome("vLLM: api_key 'EMPTY', as seed 001 writes it", True),
+    ]
+    judged = connection_article_checks("wrong-key", "Invalid API Key", {"error": "Unauthorized"}, served).iloc[-1]
+    assert judged["verdict"] == "does not hold" and "api_key 'EMPTY', as seed 001 writes it: served" in judged["computed"]
+    assert "Missing credentials" in judged["why"]
+    refused = [served[0], Outcome("vLLM: api_key 'EMPTY', as seed 001 writes it", False)]
+    assert connection_article_checks("wrong-key", "x", {}, refused).iloc[-1]["verdict"] == "depends"

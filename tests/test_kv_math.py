@@ -240,3 +240,17 @@ def test_the_planner_takes_vllms_step_budget_for_the_card():
     assert h100.blocks_per_request > as_before.blocks_per_request and h100.max_concurrency < as_before.max_concurrency
     assert plan_capacity("gemma-3-27b", 32768, gpu="A100-80GB").max_num_batched_tokens == 2048
     assert plan_capacity("llama-3.1-8b", 8192, available_kv_gib=4).max_num_batched_tokens == 2048  # no card: vLLM's small default
+
+
+def test_the_sliding_window_figure_shows_windowed_caches_growing_slower():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from labs_lib.plots import sliding_window_figure
+
+    lengths = [1024, 131072]
+    fig = sliding_window_figure(["llama-3.1-8b", "gemma-3-27b"], lengths)
+    llama, gemma = ([float(y) for y in line.get_ydata()] for line in fig.axes[0].get_lines())
+    assert llama[1] / llama[0] == pytest.approx(128)  # every layer keeps every token
+    assert gemma[1] / gemma[0] < 30  # 5 of 6 layers keep a 1,024-token window
+    assert "52/62 layers slide (W=1024)" in fig.axes[0].get_legend().get_texts()[1].get_text()

@@ -18,6 +18,7 @@ from conftest import browser_missing, files_changed_since, find_leaks, make_cana
 from labs_lib import build_it, cli, runner
 from labs_lib.engines import EngineConfig
 from labs_lib.engines.llamacpp import LlamaCppEngine
+from labs_lib.engines.vllm import find_vllm
 from labs_lib.paths import cache_dir
 
 
@@ -62,6 +63,14 @@ def _shows_what_every_run_must(executed: dict, lab: str, outputs: str, as_writte
         verdict = f"{name}: not written yet" if as_written else f"{name}: agrees with the library on all"
         assert verdict in outputs, verdict
     assert not [o for c in executed["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    # progress bars drawn as text (the runner's LABS_PROGRESS): a widget would be saved at its first frame, "0%"
+    widgets = [
+        o
+        for c in executed["cells"]
+        for o in c.get("outputs", [])
+        if "application/vnd.jupyter.widget-view+json" in o.get("data", {})
+    ]
+    assert not widgets, [w["data"].get("text/plain") for w in widgets][:3]
     images = [o for c in executed["cells"] for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
     assert images, "every lab draws its figures headless too"
     if lab == "02":  # the canary run is a test only if the key was used, and accepted
@@ -93,6 +102,9 @@ def test_notebook_runs_headlessly(notebook, tmp_path, canaries, capsys, monkeypa
     _shows_what_every_run_must(json.loads(output.read_text()), lab, outputs, as_written)
     if lab05_key:  # the key was used and shown, masked (outputs are JSON text)
         assert json.dumps("gs…" + lab05_key[-4:])[1:-1] in outputs
+        if find_vllm():  # seed 001's api_key="EMPTY", judged by what vLLM served and what the SDK refuses
+            assert "a vLLM started without --api-key serves any key, so a 401 from it never means" in outputs
+            assert "The placeholder is there for the SDK: Missing credentials" in outputs
 
 
 ON_VLLM = {  # what each lab must show when vLLM (on CPU here) is its engine

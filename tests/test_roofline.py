@@ -87,3 +87,46 @@ def test_decode_reads_the_cards_bandwidth_on_a_gpu_and_this_machines_on_the_cpu(
     unknown = GPUReading(0, "NVIDIA Quadro Unlisted 9000", 1 << 34, 0, 1 << 34, 0.0)
     monkeypatch.setattr(roofline, "read_gpus", lambda: ([unknown], None))
     assert "measured" in roofline.decode_bandwidth("cuda", buffer_mib=16)[1]
+
+
+def test_catalogue_rows_put_llama_8b_on_an_h200_near_300_tokens_per_s_at_batch_1():
+    """H200: 4.8 TB/s and 989 dense bf16 TFLOP/s (NVIDIA's sheet); Llama-3.1-8B's 16 GB of bf16 weights read per step."""
+    from labs_lib.roofline import catalogue_rows
+
+    rows = catalogue_rows("llama-3.1-8b", ("L4", "H200"), batches=(1, 64), context_tokens=2048)
+    assert [(r["what"], r["batch"]) for r in rows] == [
+        ("L4, Llama-3.1-8B bf16", 1),
+        ("L4, Llama-3.1-8B bf16", 64),
+        ("H200, Llama-3.1-8B bf16", 1),
+        ("H200, Llama-3.1-8B bf16", 64),
+    ]
+    h200 = rows[2]
+    assert 280 < h200["memory_bound_tokens_per_s"] < 300 and h200["limited_by"] == "memory"
+    assert rows[3]["bound_tokens_per_s"] > 20 * h200["bound_tokens_per_s"]  # the batch shares the weights read
+    assert all(r["measured_tokens_per_s"] is None for r in rows)  # a catalogue row measures nothing
+
+
+def test_measured_rows_are_one_per_batch_with_the_batch_throughput():
+    from labs_lib.roofline import measured_rows
+
+    rows = measured_rows("here", 500_000_000, 18_432, 600, 20e9, {1: 40.0, 4: 50.0}, compute_tokens_per_s=None)
+    assert [r["batch"] for r in rows] == [1, 4]
+    assert rows[0]["measured_tokens_per_s"] == 25.0 and rows[1]["measured_tokens_per_s"] == 80.0  # batch x 1000 / TPOT
+
+
+def test_decode_cost_figure_shows_quadratic_work_without_the_cache_and_a_rising_floor_with_it():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from labs_lib.models import load_model
+    from labs_lib.plots import decode_cost_figure
+
+    spec = load_model("llama-2-7b")
+    fig, work_ratio, (contexts, floor_ms) = decode_cost_figure(spec, "H100-SXM", "fp16", points=12, steps=4096)
+    # without the cache step t repeats t tokens' work: about 4096/2 times the cached total (a cached step's attention
+    # over the prefix grows too, so a little less)
+    assert 1500 < work_ratio < 2048, work_ratio
+    assert np.all(np.diff(floor_ms) >= 0) and floor_ms[-1] > floor_ms[0]  # each token's KV is one more read
+    weights_ms = weight_bytes(spec, "bf16") / 3.35e12 * 1000  # H100 SXM: 3.35 TB/s
+    assert floor_ms[0] == pytest.approx(weights_ms, rel=0.01) and contexts[-1] == spec.max_position_embeddings
+    assert len(fig.axes) == 2

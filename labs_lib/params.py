@@ -106,7 +106,7 @@ def lab02(
 def lab03(*, engine, model, slo_ttft_ms, slo_tpot_ms, resume, quick, interactive) -> SimpleNamespace:
     if model is not None and not isinstance(model, str):
         raise BadInput("model", model, "allowed: None (the grids' model) or a model id / path string")
-    kind = resolve_kind(engine_name(engine))
+    kind = resolve_kind(engine_name(engine), vllm_on_cpu=True)  # the lab of vLLM's knobs: vLLM wherever installed
     return SimpleNamespace(
         engine=kind,
         grid_prefix=engine_class(kind).grid_family(),

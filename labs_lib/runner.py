@@ -256,6 +256,8 @@ def run_series(
                     cwd=str(nb.parent if CHECKOUT_DIR else PROJECT_DIR),
                     progress_bar=False,
                     log_output=False,
+                    # a bar's updates saved as one stream with its carriage returns applied: its final state
+                    coalesce_streams=True,
                     execution_timeout=CELL_TIMEOUT_S,
                     **_kernel_manager_class(),
                 )

@@ -9,6 +9,7 @@ headless here only where none can: one run of each path, not two (about four min
 runs on vLLM (test_lab_runs_on_vllm) carry the canaries and lab 02's TaoToken section."""
 
 import json
+import re
 import secrets
 import time
 
@@ -71,6 +72,9 @@ def _shows_what_every_run_must(executed: dict, lab: str, outputs: str, as_writte
         if "application/vnd.jupyter.widget-view+json" in o.get("data", {})
     ]
     assert not widgets, [w["data"].get("text/plain") for w in widgets][:3]
+    # and saved as one stream per cell with the carriage returns applied: each bar reads its final state
+    streams = [o for c in executed["cells"] for o in c.get("outputs", []) if o.get("output_type") == "stream"]
+    assert not [o for o in streams if re.search("\r(?!\n)", "".join(o["text"]))], "a bar's intermediate frames were saved"
     images = [o for c in executed["cells"] for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
     assert images, "every lab draws its figures headless too"
     if lab == "02":  # the canary run is a test only if the key was used, and accepted
@@ -95,7 +99,8 @@ def test_notebook_runs_headlessly(notebook, tmp_path, canaries, capsys, monkeypa
         assert cli.main(["run", "--only", lab, "--as-written", "--out", str(tmp_path)]) == 0
         output = tmp_path / notebook.name
     else:
-        result = runner.run_series([notebook], quick=True, out_dir=tmp_path, progress=False)[0]
+        # the embedded engine, as in the browser (lab 03's "auto" would take vLLM where installed)
+        result = runner.run_series([notebook], engine="llamacpp", quick=True, out_dir=tmp_path, progress=False)[0]
         assert result.status == "ok", f"{result.error}\n{result.cell_source}"
         output = result.output
     outputs = _check_no_leaks(output, capsys, canaries, started)

@@ -419,3 +419,22 @@ def test_without_vllm_the_defaults_table_says_so_and_keeps_the_recorded_values()
     rows = [dict(zip(table["columns"], r, strict=True)) for r in table["data"]]
     assert all(r["agrees"] is None for r in rows)
     assert {r["knob"]: r["recorded"] for r in rows} == {k: v for k, (v, _) in VLLMEngine.DEFAULTS.items()}
+
+
+def test_lab03_auto_takes_vllm_wherever_it_is_installed_and_lab02_only_with_a_gpu(monkeypatch):
+    """Lab 03 teaches vLLM's knobs: "auto" is vLLM on this CPU too once make setup-vllm ran; labs 02 and 04 keep
+    the embedded engine on a CPU. Without vLLM, lab 03's llama.cpp grids stand in."""
+    from labs_lib import params
+    from labs_lib.engines import resolve_kind
+    from labs_lib.engines.vllm import VLLM_VENV, find_vllm
+    from labs_lib.gpu import read_gpus
+
+    lab03 = dict(model=None, slo_ttft_ms=1, slo_tpot_ms=1, resume=False, quick=True, interactive=False)
+    monkeypatch.setenv("LABS_VLLM_PYTHON", "absent")
+    assert (params.lab03(engine="auto", **lab03).engine, params.lab03(engine="auto", **lab03).grid_prefix) == ("llamacpp", "cpu")
+    installed = VLLM_VENV / "bin" / "python"
+    monkeypatch.setenv("LABS_VLLM_PYTHON", str(installed))
+    if installed.exists() and find_vllm() and not read_gpus()[0]:
+        chosen = params.lab03(engine="auto", **lab03)
+        assert (chosen.engine, chosen.grid_prefix) == ("vllm", "vllm_cpu")
+        assert resolve_kind("auto") == "llamacpp"  # labs 02 and 04: vLLM by default only where a GPU answers

@@ -20,14 +20,15 @@ def engine_class(kind: str) -> type[Engine]:
     return getattr(importlib.import_module(module), name)
 
 
-def resolve_kind(kind: str = "auto") -> str:
-    """auto -> vllm when vLLM is installed and a GPU answers, else llamacpp."""
+def resolve_kind(kind: str = "auto", *, vllm_on_cpu: bool = False) -> str:
+    """auto -> vllm when vLLM is installed and a GPU answers (or, with `vllm_on_cpu`, wherever it is installed: a lab
+    that teaches vLLM's own knobs), else llamacpp."""
     kind = choice("engine", kind, CHOICES)
     if kind != "auto":
         return kind
     from .vllm import find_vllm
 
-    if find_vllm() is not None and read_gpus()[0]:
+    if find_vllm() is not None and (vllm_on_cpu or read_gpus()[0]):
         return "vllm"
     return "llamacpp"
 

@@ -11,9 +11,12 @@ ENV = "LABS_PROGRESS"
 
 
 def bar(*args, **kwargs):
-    """A tqdm bar (same arguments): the text kind when LABS_PROGRESS=text, else tqdm.auto's choice."""
+    """A tqdm bar (same arguments): the text kind when LABS_PROGRESS=text, else tqdm.auto's choice. Text bars are
+    left in place when done (a bar that clears itself would leave a blank line in the saved notebook)."""
     if os.environ.get(ENV) == "text":
         from tqdm.std import tqdm
+
+        kwargs["leave"] = True
     else:
         from tqdm.auto import tqdm
     return tqdm(*args, **kwargs)

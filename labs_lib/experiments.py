@@ -223,7 +223,8 @@ async def concurrency_sweep(
         )
         runs.append(run)
         if engine and before is not None:
-            counted = token_counts(delta(before, scrape(endpoint.root_url, endpoint.headers())), engine)
+            run.engine_delta = delta(before, scrape(endpoint.root_url, endpoint.headers()))
+            counted = token_counts(run.engine_delta, engine)
             ok = [r for r in run.records if r.ok]
             checks.append(
                 {

@@ -171,6 +171,7 @@ class LoadResult:
     duration_s: float
     settings: dict = field(default_factory=dict)
     slo: SLO | None = None
+    engine_delta: dict[str, float] | None = None  # the engine's /metrics over the run (after - before), when scraped
 
     @property
     def summary(self) -> Summary:
@@ -330,3 +331,28 @@ async def prefill_tokens_per_s(endpoint: Endpoint, prompts: list[str], *, extra:
     records = (await run_load(endpoint, specs, concurrency=1, progress=False)).records
     rates = [r.prompt_tokens * 1000 / r.server_prompt_ms for r in records if r.ok and r.prompt_tokens and r.server_prompt_ms]
     return float(np.median(rates)) if rates else None
+
+
+def _histogram_mean_ms(d: dict[str, float], name: str) -> float | None:
+    count = d.get(f"{name}_count", 0.0)
+    return 1000 * d.get(f"{name}_sum", 0.0) / count if count > 0 else None
+
+
+def ttft_parts(run: LoadResult) -> dict:
+    """Where a run's mean TTFT (ms, successful requests, as the client measured it) went, by the engine's own clocks:
+    queue (arrival in the engine core to scheduled: vLLM's vllm:request_queue_time_seconds), prefill (scheduled to
+    first token: vLLM's vllm:request_prefill_time_seconds; llama.cpp's per-request timings.prompt_ms), and the rest:
+    TTFT minus both (HTTP, tokenizing, detokenizing, the stream's first write, and any wait the engine does not report:
+    llama.cpp reports no queue time, so its wait for a free slot is in the rest). vLLM's parts are means over the run's
+    requests from histogram deltas (`run.engine_delta`); None where the engine reports nothing."""
+    ok = [r for r in run.records if r.ok and r.ttft_ms is not None]
+    ttft = float(np.mean([r.ttft_ms for r in ok])) if ok else None
+    d = run.engine_delta or {}
+    queue = _histogram_mean_ms(d, "vllm:request_queue_time_seconds")
+    prefill = _histogram_mean_ms(d, "vllm:request_prefill_time_seconds")
+    server_prompt = [r.server_prompt_ms for r in ok if r.server_prompt_ms is not None]
+    if prefill is None and server_prompt:
+        prefill = float(np.mean(server_prompt))
+    known = [p for p in (queue, prefill) if p is not None]
+    rest = ttft - sum(known) if ttft is not None and known else None
+    return {"requests": len(ok), "ttft_ms": ttft, "queue_ms": queue, "prefill_ms": prefill, "rest_ms": rest}

@@ -4,6 +4,7 @@ whole runs (bench.repeat_intervals), on constructed runs whose answers are known
 from __future__ import annotations
 
 import pytest
+from conftest import FIXTURES
 
 from labs_lib.bench import INTERVAL_METRICS, repeat_intervals
 from labs_lib.load import LoadResult
@@ -36,3 +37,23 @@ def test_a_slow_run_widens_the_interval_and_weighs_by_its_requests():
     assert point == pytest.approx(100.0) and low == pytest.approx(100.0) and high == pytest.approx(1000.0)
     point, low, high = intervals["output_throughput"]
     assert point == pytest.approx(3 * 36 / 10.0) and low < point < high
+
+
+def test_ttft_parts_read_vllms_histograms_as_means_over_the_run():
+    """vLLM's names as its /metrics writes them (tests/fixtures/vllm/metrics_0.33.0.txt); the delta of a run of 4
+    requests that queued 0.8 s and prefilled 0.2 s in all: 200 ms and 50 ms each, the rest of a 400 ms TTFT 150."""
+    from labs_lib.engines.metrics import parse_metrics
+    from labs_lib.load import ttft_parts
+
+    names = parse_metrics((FIXTURES / "vllm" / "metrics_0.33.0.txt").read_text())
+    assert {"vllm:request_queue_time_seconds_sum", "vllm:request_prefill_time_seconds_count"} <= set(names)
+    run = LoadResult([RequestRecord(i, ttft_ms=400.0, e2e_ms=500.0, output_tokens=4, chunks=4) for i in range(4)], 1.0)
+    run.engine_delta = {
+        "vllm:request_queue_time_seconds_sum": 0.8,
+        "vllm:request_queue_time_seconds_count": 4,
+        "vllm:request_prefill_time_seconds_sum": 0.2,
+        "vllm:request_prefill_time_seconds_count": 4,
+    }
+    assert ttft_parts(run) == {"requests": 4, "ttft_ms": 400.0, "queue_ms": 200.0, "prefill_ms": 50.0, "rest_ms": 150.0}
+    run.engine_delta = None  # nothing scraped and no server timings: only the client's TTFT is known
+    assert ttft_parts(run) == {"requests": 4, "ttft_ms": 400.0, "queue_ms": None, "prefill_ms": None, "rest_ms": None}

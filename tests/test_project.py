@@ -422,7 +422,7 @@ GPU_BRANCH_TESTS = {
     ("labs_lib/engines/vllm.py", 'return "vllm_cpu" if found and found.device == "cpu" else "gpu"'): (
         "tests/test_gpu_branches.py::test_on_a_gpu_auto_is_vllm_and_the_labs_take_the_gpu_grids_and_models"
     ),
-    ("labs_lib/engines/registry.py", "if find_vllm() is not None and read_gpus()[0]:"): (
+    ("labs_lib/engines/registry.py", "if find_vllm() is not None and (vllm_on_cpu or read_gpus()[0]):"): (
         "tests/test_gpu_branches.py::test_on_a_gpu_auto_is_vllm_and_the_labs_take_the_gpu_grids_and_models"
     ),
     ("labs_lib/roofline.py", 'if device != "cpu":'): (

@@ -185,6 +185,19 @@ def two_streams_on_the_wire(proxy: FaultProxy, lines: int = 4, limit_s: float = 
     return wait
 
 
+def test_ttft_parts_show_vllms_queue_once_requests_outnumber_its_sequences(vllm):
+    """8 requests at once against max_num_seqs 4: vLLM's own queue-time histogram sees half of them wait, and the
+    client's TTFT holds the queue and prefill vLLM measured (its clock starts earlier, at the HTTP request)."""
+    from labs_lib.load import ttft_parts
+
+    before = scrape(vllm.root_url, vllm.headers())
+    run = run_blocking(run_load(endpoint_for(vllm), specs(8, 32), concurrency=8, progress=False, timeout_s=600))
+    run.engine_delta = delta(before, scrape(vllm.root_url, vllm.headers()))
+    parts = ttft_parts(run)
+    assert parts["requests"] == 8 and parts["queue_ms"] > 0 and parts["prefill_ms"] > 0, parts
+    assert parts["queue_ms"] + parts["prefill_ms"] <= parts["ttft_ms"] and parts["rest_ms"] >= 0, parts
+
+
 def test_64_concurrent_streams_against_max_num_seqs_4(vllm):
     result = run_blocking(
         run_load(endpoint_for(vllm), specs(64, 8, "Name a colour."), concurrency=64, progress=False, timeout_s=900)

@@ -140,7 +140,14 @@ def measured_runs(starts_engine):
         factory = PromptFactory(engine.prompt_tokenizer(), seed=0)
         table, runs, _ = run_blocking(
             experiments.concurrency_sweep(
-                endpoint_for(engine), factory, [1, 2, 4], requests=5, prompt_tokens=32, max_tokens=8, progress=False
+                endpoint_for(engine),
+                factory,
+                [1, 2, 4],
+                requests=5,
+                prompt_tokens=32,
+                max_tokens=8,
+                engine=engine,
+                progress=False,
             )
         )
     return table, runs
@@ -231,3 +238,18 @@ def test_the_quant_explorer_compares_the_chosen_configurations(compared):
     assert "kl_ci_low" in explorer.readout.value and "kl_ci_high" in explorer.readout.value  # the interval is shown
     explorer.controls["chosen"].value = []
     assert explorer.best is None and "0 configurations" in explorer.readout.value
+
+
+@pytest.mark.engine
+def test_ttft_parts_put_llama_cpps_slot_wait_in_the_rest(measured_runs):
+    """llama.cpp times each request's prompt (timings.prompt_ms) but not its wait for a slot: at 4 in flight on 2
+    slots that wait is in the rest, which grows; the prompt's own time does not."""
+    from labs_lib.load import ttft_parts
+
+    _, runs = measured_runs
+    one, four = (ttft_parts(run) for run in (runs[0], runs[-1]))
+    for parts in (one, four):
+        assert parts["requests"] == 5 and parts["queue_ms"] is None  # llama.cpp reports no queue time
+        assert 0 < parts["prefill_ms"] < parts["ttft_ms"]
+        assert parts["rest_ms"] == pytest.approx(parts["ttft_ms"] - parts["prefill_ms"])
+    assert four["rest_ms"] > one["rest_ms"] + four["prefill_ms"]  # a wait of a whole request, not a prefill

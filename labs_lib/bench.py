@@ -91,17 +91,25 @@ async def bench(
     progress: bool = True,
     ignore_eos: bool = True,
     repeats: int = 1,
+    shared_prefix_tokens: int = 0,
+    prefix_groups: int = 1,
 ) -> list[LoadResult]:
-    """Each load level run `repeats` times in a row (new prompts, and new arrival times open loop, each time)."""
+    """Each load level run `repeats` times in a row (new prompts, and new arrival times open loop, each time).
+    With `shared_prefix_tokens`, each prompt follows one of `prefix_groups` system prompts, taken in turn."""
     factory = PromptFactory(tokenizer_for(endpoint), seed=seed)
     await warm_up(endpoint)
     results = []
     levels: list[int | None] = list(concurrency) if concurrency else [None]  # None: one open-loop run at `rate`
     for level in levels:
         for repeat in range(repeats):
-            specs = [RequestSpec(p, max_tokens, ignore_eos=ignore_eos) for p in factory.prompts(requests, prompt_tokens)]
+            prompts = factory.prompts(
+                requests, prompt_tokens, shared_prefix_tokens=shared_prefix_tokens, prefix_groups=prefix_groups
+            )
+            specs = [RequestSpec(p, max_tokens, ignore_eos=ignore_eos) for p in prompts]
             label = (f"c={level}" if level else f"rate={rate}/s") + (f" run {repeat + 1}/{repeats}" if repeats > 1 else "")
             settings = {"prompt_tokens": prompt_tokens, "max_tokens": max_tokens, "repeat": repeat}
+            if shared_prefix_tokens:
+                settings |= {"shared_prefix_tokens": shared_prefix_tokens, "prefix_groups": prefix_groups}
             results.append(
                 await run_load(
                     endpoint,

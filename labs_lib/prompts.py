@@ -67,8 +67,14 @@ class PromptFactory:
         start = int(self.rng.integers(len(self.pieces))) if start is None else start
         return self._span(start, self._count(n_tokens))
 
-    def prompts(self, count: int, n_tokens: int, *, shared_prefix_tokens: int = 0) -> list[str]:
-        """`count` prompts of n_tokens each; the first shared_prefix_tokens are the same in all."""
+    def prompts(self, count: int, n_tokens: int, *, shared_prefix_tokens: int = 0, prefix_groups: int = 1) -> list[str]:
+        """`count` prompts, each a distinct n_tokens after a shared prefix of shared_prefix_tokens: `prefix_groups`
+        different prefixes (N system prompts x M suffixes, as vLLM's prefix_repetition dataset, which shuffles them), taken in turn, so
+        request i carries prefix i mod N."""
         count = positive_int("requests", count, maximum=1_000_000)
-        prefix = self._span(0, self._count(shared_prefix_tokens)) + "\n\n" if shared_prefix_tokens else ""
-        return [prefix + self.prompt(n_tokens) for _ in range(count)]
+        groups = positive_int("prefix groups", prefix_groups, maximum=1_000)
+        prefixes = [""] * groups
+        if shared_prefix_tokens:  # the groups start evenly apart in the corpus: distinct texts, not one shifted
+            n = self._count(shared_prefix_tokens)
+            prefixes = [self._span(g * len(self.pieces) // groups, n) + "\n\n" for g in range(groups)]
+        return [prefixes[i % groups] + self.prompt(n_tokens) for i in range(count)]

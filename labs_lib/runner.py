@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from . import progress
 from .errors import BadInput, writable_path
 from .params import check_notebook, engine_name
 from .paths import CHECKOUT_DIR, NOTEBOOKS_DIR, PROJECT_DIR, runs_dir
+from .progress import ENV as PROGRESS_ENV
+from .progress import bar as progress_bar
 from .redact import looks_like_key
 
 SECRET_NAME = re.compile(r"key|token|secret|passw|credential|auth|bearer", re.IGNORECASE)
@@ -150,15 +151,15 @@ def _kernel_env() -> None:
 def _text_progress_in_kernels():
     """The kernels started meanwhile draw text bars (labs_lib.progress): a saved notebook shows their final state.
     The runner's own process keeps its setting once the series ends."""
-    before = os.environ.get(progress.ENV)
-    os.environ[progress.ENV] = "text"
+    before = os.environ.get(PROGRESS_ENV)
+    os.environ[PROGRESS_ENV] = "text"
     try:
         yield
     finally:
         if before is None:
-            os.environ.pop(progress.ENV, None)
+            os.environ.pop(PROGRESS_ENV, None)
         else:
-            os.environ[progress.ENV] = before
+            os.environ[PROGRESS_ENV] = before
 
 
 def _kernel_manager_class() -> dict:
@@ -211,7 +212,6 @@ def run_series(
     """Execute `notebooks` in order. Each gets the parameters it declares; all get quick/interactive/engine. With
     `fill_in`, each build-it cell holds the library's reference (build_it.fill_in); else it runs as written."""
     import papermill
-    from tqdm.auto import tqdm
 
     params = dict(params or {})
     refuse_secrets(params)
@@ -236,7 +236,7 @@ def run_series(
     out_dir.mkdir(parents=True, exist_ok=True)
     _kernel_env()
     results = []
-    bar = tqdm(notebooks, desc="labs", unit="notebook", disable=not progress, file=sys.stderr)
+    bar = progress_bar(notebooks, desc="labs", unit="notebook", disable=not progress, file=sys.stderr)
     # a filled-in run reads a copy of each notebook; the copies go when the series ends, however it ends
     with tempfile.TemporaryDirectory(prefix="labs-filled-in-") as filled, _text_progress_in_kernels():
         filled_dir = Path(filled)
@@ -269,7 +269,7 @@ def run_series(
                 if fill_in:
                     _name_the_input(output, nb)
             results.append(result)
-            tqdm.write(f"  {result.status:<6} {result.name:<28} {result.wall_s:7.1f} s  {result.output}", file=sys.stdout)
+            bar.write(f"  {result.status:<6} {result.name:<28} {result.wall_s:7.1f} s  {result.output}", file=sys.stdout)
             if result.status != "ok":
                 _print_failure(result)
     bar.close()

@@ -58,6 +58,7 @@ class Workload:
     prompt_tokens: int = 128
     max_tokens: int = 64
     shared_prefix_tokens: int = 0  # a common system prompt (prefix caching)
+    prefix_groups: int = 1  # that many different system prompts, taken in turn (N prefixes x M suffixes)
     long_prompt_tokens: int = 0  # every long_every-th request gets a prompt this long (chunked prefill)
     long_every: int = 0
 
@@ -136,7 +137,7 @@ def _workload(raw: object, where: str) -> Workload:
             v = v if isinstance(v, (list, tuple)) else [v]
             conv = positive_int if key == "concurrency" else positive_number
             values[key] = tuple(conv(f"{where}.{key}", x) for x in v)
-    for key in ("requests", "prompt_tokens", "max_tokens"):
+    for key in ("requests", "prompt_tokens", "max_tokens", "prefix_groups"):
         if key in values:
             values[key] = positive_int(f"{where}.{key}", values[key], maximum=1_000_000)
     for key in ("shared_prefix_tokens", "long_prompt_tokens", "long_every"):
@@ -291,7 +292,12 @@ def load_results(path: str | Path) -> pd.DataFrame:
 
 
 def _specs(workload: Workload, factory: PromptFactory) -> tuple[list[RequestSpec], list[bool]]:
-    prompts = factory.prompts(workload.requests, workload.prompt_tokens, shared_prefix_tokens=workload.shared_prefix_tokens)
+    prompts = factory.prompts(
+        workload.requests,
+        workload.prompt_tokens,
+        shared_prefix_tokens=workload.shared_prefix_tokens,
+        prefix_groups=workload.prefix_groups,
+    )
     is_long = [
         bool(workload.long_prompt_tokens and workload.long_every and i % workload.long_every == workload.long_every - 1)
         for i in range(workload.requests)

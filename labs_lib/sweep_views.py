@@ -85,6 +85,8 @@ def cache_hit_table(df: pd.DataFrame, engine: str) -> pd.DataFrame:
     hits = ok.get(f"metrics.{names.cached}", pd.Series(0.0, index=ok.index)).fillna(0.0)
     prompt = ok.get(f"metrics.{names.prompt}", pd.Series(0.0, index=ok.index)).fillna(0.0)
     out = pd.DataFrame({"config": label(ok)})
+    if "workload.name" in ok and ok["workload.name"].nunique() > 1:  # e.g. one system prompt, then several in turn
+        out["workload"] = ok["workload.name"].values
     if "level.concurrency" in ok and ok["level.concurrency"].nunique() > 1:  # compare configurations at the same load
         out["concurrency"] = ok["level.concurrency"]
     out["prompt tokens (cache hits included)" if names.prompt_includes_cached else "prompt tokens computed"] = prompt

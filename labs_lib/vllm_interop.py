@@ -125,12 +125,12 @@ def sweep_params(grid: Grid) -> dict[str, Any]:
             raise BadInput(
                 "grid", grid.name, f"workload {workload.name}: allowed: no long_every prompts (vLLM's datasets have none)"
             )
-        if workload.shared_prefix_tokens:  # one system prompt before every request: vLLM's prefix_repetition dataset
+        if workload.shared_prefix_tokens:  # N system prompts x M suffixes: vLLM's prefix_repetition dataset
             prompts = {
                 "dataset_name": "prefix_repetition",
                 "prefix_repetition_prefix_len": workload.shared_prefix_tokens,
                 "prefix_repetition_suffix_len": workload.prompt_tokens,
-                "prefix_repetition_num_prefixes": 1,
+                "prefix_repetition_num_prefixes": workload.prefix_groups,
                 "prefix_repetition_output_len": workload.max_tokens,
             }
         else:

@@ -170,6 +170,13 @@ def test_bench_cli_against_a_running_serve(tmp_path):
                 assert low <= point <= high or math.isclose(point, low) or math.isclose(point, high), row
         assert json.loads(out_file.read_text())["results"] == out["results"]
         assert (tmp_path / "bench-c1-run1.csv").exists() and (tmp_path / "bench-c2-run2.csv").exists()
+        # two system prompts of 64 tokens taken in turn before 32-token prompts: the server counts both parts
+        args = ("--concurrency", "1", "--requests", "4", "--prompt-tokens", "32", "--max-tokens", "4", "--json")
+        prefixed = run_cli("bench", "--base-url", base, *args, "--shared-prefix-tokens", "64", "--prefix-groups", "2")
+        assert prefixed.returncode == 0, prefixed.stderr
+        shown = json.loads(prefixed.stdout)
+        assert (shown["settings"]["shared_prefix_tokens"], shown["settings"]["prefix_groups"]) == (64, 2)
+        assert shown["results"][0]["completed"] == 4 and shown["results"][0]["total_input_tokens"] >= 4 * (64 + 32)
     finally:
         serve.terminate()
         serve.wait(15)
@@ -207,6 +214,8 @@ def test_bench_wrong_key_fails_every_request_and_exits_1(monkeypatch):
         (["bench", "--endpoint", "local", "--requests", "many"], ["many"]),
         (["bench"], ["--endpoint"]),
         (["bench", "--endpoint", "local", "--repeats", "0"], ["--repeats"]),
+        (["bench", "--endpoint", "local", "--shared-prefix-tokens", "64", "--prefix-groups", "0"], ["--prefix-groups"]),
+        (["bench", "--endpoint", "local", "--shared-prefix-tokens", "-5"], ["--shared-prefix-tokens", "-5"]),
     ],
 )
 def test_bench_bad_input(args, needles):

@@ -350,3 +350,39 @@ def test_planned_concurrency_beside_vllms_pool_matches_its_start_up_line():
     assert "planned max concurrency" not in pool  # the caller's table is left as it was
     unknown, why_not = with_planned_concurrency(pool, "no-such-model", on_cpu=True)
     assert why_not and "no-such-model" in why_not and "planned max concurrency" not in unknown
+
+
+def test_prefix_groups_give_n_distinct_system_prompts_taken_in_turn():
+    from labs_lib.prompts import PromptFactory
+
+    prompts = PromptFactory(None, seed=0).prompts(7, 16, shared_prefix_tokens=40, prefix_groups=3)
+    heads = [p.split("\n\n")[0] for p in prompts]
+    assert len(set(heads)) == 3 and all(heads[i] == heads[i % 3] for i in range(7))  # request i: prefix i mod 3
+    assert len(set(prompts)) == 7  # every suffix its own
+    one = PromptFactory(None, seed=0).prompts(4, 16, shared_prefix_tokens=40)
+    assert len({p.split("\n\n")[0] for p in one}) == 1
+    assert "\n\n" not in PromptFactory(None, seed=0).prompts(2, 16, prefix_groups=3)[0]  # no prefix asked: none
+    grid = load_grid({**TINY, "workloads": [{"name": "w", "shared_prefix_tokens": 40, "prefix_groups": 3}]})
+    assert grid.workloads[0].prefix_groups == 3
+    with pytest.raises(BadInput, match="prefix_groups"):
+        load_grid({**TINY, "workloads": [{"name": "w", "prefix_groups": 0}]})
+
+
+def test_cache_hit_table_names_the_workload_when_a_grid_has_several():
+    import pandas as pd
+
+    from labs_lib.sweep_views import cache_hit_table
+
+    rows = pd.DataFrame(
+        {
+            "status": ["ok"] * 2,
+            "config.prompt_cache": [True, True],
+            "workload.name": ["shared_system_prompt", "three_system_prompts"],
+            "metrics.vllm:prompt_tokens_total": [100.0, 100.0],
+            "metrics.vllm:prompt_tokens_cached_total": [90.0, 60.0],
+            "summary.p50_ttft_ms": [50.0, 80.0],
+        }
+    )
+    table = cache_hit_table(rows, "vllm")
+    assert list(table["workload"]) == ["shared_system_prompt", "three_system_prompts"]
+    assert list(table["hit rate"]) == [0.9, 0.6]

@@ -69,8 +69,11 @@ def test_vllms_sweep_reads_the_export_back_into_each_configurations_own_command(
     bench = ParameterSweep.read_json(tmp_path / "export" / "bench_params.json")
     configs = list({json.dumps(p.config, sort_keys=True): p.config for p in grid.points()}.values())
     assert len(serve) == len(configs) and len(serve) * len(bench) == len(
-        {(json.dumps(p.config), json.dumps(p.level)) for p in grid.points()}
+        {(json.dumps(p.config), json.dumps(p.level), p.workload.name) for p in grid.points()}
     )
+    # N system prompts x M suffixes: vLLM's prefix_repetition dataset with the grid's number of prefixes
+    groups = [b.get("prefix_repetition_num_prefixes") for b in bench]
+    assert groups == [w.prefix_groups if w.shared_prefix_tokens else None for w in grid.workloads for _ in w.levels()]
     for item, config in zip(serve, configs, strict=True):
         mine = shlex.split(engine_class("vllm").command_for(EngineConfig(**config))[0])
         theirs = item.apply_to_cmd(serve_cmd)

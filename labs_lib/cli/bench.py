@@ -26,13 +26,15 @@ def run(args: argparse.Namespace) -> int:
     requests = positive_int("--requests", args.requests, maximum=1_000_000)
     prompt_tokens = positive_int("--prompt-tokens", args.prompt_tokens, maximum=1_000_000)
     max_tokens = positive_int("--max-tokens", args.max_tokens, maximum=1_000_000)
+    shared_prefix_tokens = positive_int("--shared-prefix-tokens", args.shared_prefix_tokens, minimum=0, maximum=1_000_000)
+    prefix_groups = positive_int("--prefix-groups", args.prefix_groups, maximum=1_000)
     repeats = positive_int("--repeats", args.repeats, maximum=100)
     out_path = writable_path("--out", args.out) if args.out else None
     capacity_settings = _capacity_settings(args, requests) if args.slo_capacity else None
     parallel = max(concurrency or [4])
     if target == "taotoken" and not args.api_key_env:
         read_key("TAOTOKEN_API_KEY", required=True)
-    ctx = parallel * (prompt_tokens + max_tokens + 64)
+    ctx = parallel * (shared_prefix_tokens + prompt_tokens + max_tokens + 64)
     with open_endpoint(
         target, model=args.model, api_key_env=args.api_key_env, engine=args.engine, parallel=min(parallel, 16), ctx=ctx
     ) as (endpoint, _engine):
@@ -51,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
                 max_tokens=max_tokens,
                 progress=not args.json,
                 repeats=repeats,
+                shared_prefix_tokens=shared_prefix_tokens,
+                prefix_groups=prefix_groups,
             )
         )
     rows = [result_row(r) for r in results]
@@ -62,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
             "requests": requests,
             "prompt_tokens": prompt_tokens,
             "max_tokens": max_tokens,
+            "shared_prefix_tokens": shared_prefix_tokens,
+            "prefix_groups": prefix_groups,
             "concurrency": concurrency,
             "request_rate": rate,
             "repeats": repeats,
@@ -233,6 +239,8 @@ def add_parser(sub) -> None:
     p.add_argument("--requests", default=16, help="requests per level (default 16)")
     p.add_argument("--prompt-tokens", default=128, help="prompt length in tokens (default 128)")
     p.add_argument("--max-tokens", default=64, help="output tokens per request (default 64)")
+    p.add_argument("--shared-prefix-tokens", default=0, help="a system prompt of this many tokens before each prompt")
+    p.add_argument("--prefix-groups", default=1, help="with --shared-prefix-tokens: that many system prompts, in turn")
     p.add_argument("--engine", default="auto", help="for --endpoint local: auto, llamacpp or vllm")
     p.add_argument(
         "--repeats", default=1, help="runs per level (default 1); 2 or more add 95%% intervals from resampling whole runs"

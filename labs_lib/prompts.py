@@ -69,8 +69,8 @@ class PromptFactory:
 
     def prompts(self, count: int, n_tokens: int, *, shared_prefix_tokens: int = 0, prefix_groups: int = 1) -> list[str]:
         """`count` prompts, each a distinct n_tokens after a shared prefix of shared_prefix_tokens: `prefix_groups`
-        different prefixes (N system prompts x M suffixes, as vLLM's prefix_repetition dataset, which shuffles them), taken in turn, so
-        request i carries prefix i mod N."""
+        different prefixes (N system prompts x M suffixes, as vLLM's prefix_repetition dataset, which shuffles
+        them), taken in turn, so request i carries prefix i mod N."""
         count = positive_int("requests", count, maximum=1_000_000)
         groups = positive_int("prefix groups", prefix_groups, maximum=1_000)
         prefixes = [""] * groups

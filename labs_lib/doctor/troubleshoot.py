@@ -89,14 +89,8 @@ def unauthorized_body(base_url: str, model: str | None, wrong_key: str, timeout_
     cut to 300 characters), or (None, the transport error) when it cannot be reached."""
     import httpx
 
-    body = {"model": model or "any", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}
     try:
-        resp = httpx.post(
-            base_url.rstrip("/") + "/chat/completions",
-            json=body,
-            headers={"Authorization": f"Bearer {wrong_key}"},
-            timeout=timeout_s,
-        )
+        resp = _post_chat(base_url.rstrip("/"), {"Authorization": f"Bearer {wrong_key}"}, model or "any", "Hi", 1, timeout_s)
     except httpx.HTTPError as exc:
         return None, redact(f"{type(exc).__name__}: {exc}")[:300]
     return resp.status_code, " ".join(redact(resp.text).split())[:300]
@@ -137,11 +131,13 @@ def reports_table(reports: dict[str, Report]) -> pd.DataFrame:
     return pd.DataFrame([{"setup": name, **first_finding(report)} for name, report in reports.items()])
 
 
-def _post_chat(url: str, headers: dict[str, str], model: str | None, content: str, max_tokens: int):
+def _post_chat(url: str, headers: dict[str, str], model: str | None, content: str, max_tokens: int, timeout_s: float = 120):
+    """One unstreamed chat request to `url`/chat/completions, as a plain client sends it: the response, whatever its
+    status (a transport failure raises httpx's error)."""
     import httpx
 
     body = {"model": model, "messages": [{"role": "user", "content": content}], "max_tokens": max_tokens}
-    return httpx.post(url + "/chat/completions", headers=headers, timeout=120, json=body)
+    return httpx.post(url + "/chat/completions", headers=headers, timeout=timeout_s, json=body)
 
 
 def lenient_and_strict(endpoint, ctx_tokens: int, llama_401: str, vllm_bodies: dict) -> pd.DataFrame:

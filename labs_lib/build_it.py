@@ -16,14 +16,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from .doctor.rules import diagnose
 from .errors import BadInput
-from .kv_math import kv_cache
+from .kv_math import GIB, kv_cache, plan_capacity
+from .load import SLO, summarize
 from .models import ModelSpec, load_model
 from .paths import DATA_DIR
-from .quality import kl_lower_bound
+from .quality import Scores, kl_lower_bound
 from .sweep_views import on_front
-from .timing import metrics_from_times
+from .timing import RequestRecord, metrics_from_times
 
 TAG = "build-it"
 REL_TOL = 1e-6
@@ -78,6 +81,92 @@ def _kv_cases() -> list[Case]:
         Case((m("gemma-3-270m"), 256, 2), "Gemma-3-270M (MQA), 256 tokens (inside its window)", "head_dim is the config's (256), not hidden_size / num_q_heads (160)"),
         Case((m("gemma-3-270m"), 8192, 2), "Gemma-3-270M, 8,192 tokens", "a sliding layer (15 of 18 here) keeps at most sliding_window (512) tokens"),
         Case((m("deepseek-v3"), 4096, 2), "DeepSeek-V3 (MLA), 4,096 tokens", "MLA keeps one latent of kv_lora_rank + qk_rope_head_dim values per token and layer: no heads, no separate K and V"),
+    ]  # fmt: skip
+
+
+def max_concurrency(model: ModelSpec, pool_bytes: int, max_model_len: int, block_size: int, bytes_per_value: float) -> float:
+    """Requests of max_model_len tokens a paged KV pool of pool_bytes holds at once, for a model whose every layer
+    attends to the whole context: the pool is cut into blocks of block_size tokens of every layer (a partial block
+    is no block), and a request takes whole blocks (its last one partly filled)."""
+    block_bytes = block_size * 2 * model.num_kv_heads * (model.head_dim or 0) * bytes_per_value * model.num_layers
+    num_blocks = pool_bytes // block_bytes
+    blocks_per_request = math.ceil(max_model_len / block_size)
+    return num_blocks / blocks_per_request
+
+
+def _concurrency_reference(
+    model: ModelSpec, pool_bytes: int, max_model_len: int, block_size: int, bytes_per_value: float
+) -> float:
+    """plan_capacity()'s blocks in the pool / blocks per request (lab 01's planner, vLLM's count), unrounded."""
+    kv_dtype = {1: "fp8", 2: "bf16"}[int(bytes_per_value)]
+    plan = plan_capacity(model, max_model_len, kv_dtype=kv_dtype, block_size=block_size, available_kv_gib=pool_bytes / GIB)
+    return plan.num_blocks / plan.blocks_per_request
+
+
+def _concurrency_cases() -> list[Case]:
+    llama3, llama2 = load_model("llama-3.1-8b"), load_model("llama-2-7b")
+    return [
+        Case((llama3, 8 * GIB, 8192, 16, 2), "Llama-3.1-8B, an 8 GiB pool, 8,192 tokens, blocks of 16, bf16", "blocks in the pool (one block: block_size tokens of every layer's K and V) / blocks one request takes"),
+        Case((llama3, 8 * GIB, 8200, 16, 2), "the same at 8,200 tokens (not a multiple of 16)", "a request's last, partly filled block is a whole block: ceil(max_model_len / block_size), not tokens / max_model_len"),
+        Case((llama3, 8 * GIB, 8192, 16, 1), "the same in fp8", "one byte per value: twice the blocks in the same pool"),
+        Case((llama3, 8 * GIB + 100 * 1024, 8192, 16, 2), "a pool 100 KiB over 8 GiB (a block here is 2 MiB)", "a partial block in the pool is no block: pool_bytes // block_bytes"),
+        Case((llama2, 8 * GIB, 4096, 16, 2), "Llama-2-7B (MHA: 32 KV heads), 4,096 tokens", "the KV heads set the block's bytes: MHA caches as many as it has query heads"),
+        Case((llama3, GIB // 2, 8192, 16, 2), "a 0.5 GiB pool", "under one request (vLLM refuses to start), the ratio is still what it is: 0.5"),
+        Case((llama3, 8 * GIB, 8200, 32, 2), "8,200 tokens in blocks of 32", "a bigger block wastes more of the last one: 257 blocks per request, not 256.25"),
+    ]  # fmt: skip
+
+
+def perplexity(logprobs: list[float]) -> float:
+    """exp of the mean negative log-likelihood per token; logprobs are natural-log probabilities of each token."""
+    return math.exp(-sum(logprobs) / len(logprobs))
+
+
+def _perplexity_reference(logprobs: list[float]) -> float:
+    """quality.Scores.perplexity, the figure lab 04 reports for each variant."""
+    ids = list(range(len(logprobs)))
+    return Scores(token_ids=ids, logprobs=np.asarray(logprobs, dtype=float), top1_ids=ids).perplexity
+
+
+def _perplexity_cases() -> list[Case]:
+    ln = math.log
+    return [
+        Case(([ln(0.5)],), "one token at p = 0.5", "perplexity = exp(-log p) for one token, natural logs: p = 0.5 is a fair coin's 2"),
+        Case(([ln(0.5)] * 4,), "four tokens at p = 0.5", "the mean over tokens, not the sum: the text's length must not change the figure (still 2)"),
+        Case(([ln(0.25), 0.0],), "p = 0.25, then a certain token", "a geometric mean: exp of the mean NLL (2), not the mean of 1/p (2.5)"),
+        Case(([ln(0.9)] * 3,), "a confident model (p = 0.9)", "a model sure of every token tends to 1; no model goes below it"),
+        Case(([ln(1e-9), 0.0],), "one very unlikely token among two", "one token the model thought nearly impossible dominates: exp(20.7 / 2)"),
+    ]  # fmt: skip
+
+
+def goodput(records: list[RequestRecord], slo: SLO, duration_s: float) -> float:
+    """Requests per second of the run that met every limit of `slo` (None: no limit); a failed request never counts."""
+    good = 0
+    for r in records:
+        limits = ((slo.ttft_ms, r.ttft_ms), (slo.tpot_ms, r.tpot_ms), (slo.e2e_ms, r.e2e_ms))
+        if r.ok and all(limit is None or (value is not None and value <= limit) for limit, value in limits):
+            good += 1
+    return good / duration_s
+
+
+def _goodput_reference(records: list[RequestRecord], slo: SLO, duration_s: float) -> float | None:
+    """load.summarize()'s goodput: the figure sweeps and lab 03's tables report."""
+    return summarize(records, duration_s, slo).goodput
+
+
+def _record(ttft_ms: float, tpot_ms: float | None, e2e_ms: float, error: str | None = None) -> RequestRecord:
+    return RequestRecord(ttft_ms=ttft_ms, tpot_ms=tpot_ms, e2e_ms=e2e_ms, output_tokens=8 if tpot_ms else 1, error=error)
+
+
+def _goodput_cases() -> list[Case]:
+    fast = [_record(100, 20, 240) for _ in range(4)]
+    slo = SLO(ttft_ms=200, tpot_ms=25)
+    return [
+        Case((fast, slo, 2.0), "4 requests within the SLO in 2 s", "goodput: requests meeting the SLO per second of the run (not a fraction, not a count)"),
+        Case(([*fast[:3], _record(300, 20, 440)], slo, 2.0), "one of 4 over the TTFT limit", "a request counts only if it meets every limit"),
+        Case(([*fast[:3], _record(90, 15, 200, error="HTTP 500")], slo, 2.0), "a fast request that failed", "a failed request never counts, however fast its numbers"),
+        Case(([*fast[:3], _record(300, 20, 440)], SLO(tpot_ms=25), 2.0), "no TTFT limit (None)", "a limit of None is no limit"),
+        Case(([*fast[:3], _record(100, None, 100)], slo, 2.0), "a one-token request (no TPOT) under a TPOT limit", "a request with no TPOT cannot show it meets a TPOT limit: it does not count"),
+        Case(([*fast[:3], _record(200, 25, 375)], slo, 2.0), "a request exactly at both limits", "at the limit meets it (<=)"),
     ]  # fmt: skip
 
 
@@ -156,8 +245,15 @@ def _classify_cases() -> list[Case]:
 CORES: dict[str, Core] = {
     "kv_bytes_per_sequence": Core(_kv_reference, _kv_cases, kv_bytes_per_sequence, "from labs_lib.models import ModelSpec"),
     "metrics_from_times": Core(metrics_from_times, _timing_cases, metrics_from_times, "from itertools import pairwise"),
+    "max_concurrency": Core(
+        _concurrency_reference, _concurrency_cases, max_concurrency, "import math\n\nfrom labs_lib.models import ModelSpec"
+    ),
     "kl_lower_bound": Core(kl_lower_bound, _kl_cases, kl_lower_bound, "import math\n\nimport numpy as np"),
+    "perplexity": Core(_perplexity_reference, _perplexity_cases, perplexity, "import math"),
     "on_front": Core(on_front, _front_cases, on_front),
+    "goodput": Core(
+        _goodput_reference, _goodput_cases, goodput, "from labs_lib.load import SLO\nfrom labs_lib.timing import RequestRecord"
+    ),
     "classify": Core(_classify_reference, _classify_cases, classify),
 }
 

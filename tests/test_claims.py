@@ -26,6 +26,7 @@ MEASURED_TABLES = {
     "timing_article_checks": REPO / "labs_lib" / "claims.py",
     "quant_article_checks": REPO / "labs_lib" / "quant_compare.py",
     "connection_article_checks": REPO / "labs_lib" / "doctor" / "troubleshoot.py",
+    "article_code_table": REPO / "labs_lib" / "article_code.py",
 }
 
 

@@ -58,6 +58,23 @@ def test_ttft_ignores_the_role_only_chunk():
     assert naive.seed001_first_chunk(VLLM_SHAPED, 0.363)["ttft_ms"] == pytest.approx(5.0)  # the article's way
 
 
+def test_vllm_clients_itl_counts_every_chunk_with_choices():
+    """vllm bench serve's ITL (vllm/benchmarks/lib/endpoint_request_func.py): a gap between every two chunks whose
+    `choices` is non-empty, the role chunk and the text-less finish chunk included; the usage chunk (choices []) is
+    not one. The harness's ITL keeps only the gaps between chunks with text."""
+    rec = feed(VLLM_SHAPED)
+    assert rec.itl_ms == pytest.approx([20, 20, 20])
+    assert rec.itl_choice_chunks_ms == pytest.approx([295, 20, 20, 20, 1])
+    assert feed([(0.1, USAGE), (0.2, "data: [DONE]")]).itl_choice_chunks_ms == []
+    from labs_lib.load import definition_forms
+
+    forms = definition_forms(rec)  # lab 02's table: the same request both ways
+    harness, client = forms.columns
+    assert forms.loc["TTFT ms", harness] == pytest.approx(300) and forms.loc["TTFT ms", client] == pytest.approx(5)
+    assert (forms.loc["ITL gaps", harness], forms.loc["ITL gaps", client]) == (3, 5)
+    assert forms.loc["ITL min ms", client] == pytest.approx(1) and forms.loc["ITL p50 ms", harness] == pytest.approx(20)
+
+
 def test_definitions_on_a_constructed_stream():
     rec = feed(VLLM_SHAPED)
     assert rec.e2e_ms == pytest.approx(360.0)  # last token-bearing chunk, not the usage chunk

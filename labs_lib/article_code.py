@@ -1,0 +1,135 @@
+"""The articles' printed code, run and read as written (data/article_code/): a launcher that does not start is a
+verdict, and so is a setting a script assigns and never uses.
+
+Seed 003's launcher runs in the installed vLLM's own interpreter (`python -c`, offline: nothing is downloaded), once
+as printed and once with each refused keyword argument taken out, until it reaches a failure of another kind; each
+failure is one line. Its model path (a 70B checkpoint) cannot exist here: where the shipped model's copy for vLLM has
+been built, that path stands in, so the run gets past the model to the launcher's own calls. The result depends only on the vLLM installed, so it is kept in the cache per version.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import subprocess
+from dataclasses import asdict, dataclass
+
+import pandas as pd
+
+from .paths import DATA_DIR, cache_dir
+
+CODE_DIR = DATA_DIR / "article_code"
+ARTICLE_MODEL_PATH = "/data/models/llama-2-70b-chat-hf"
+
+# Runs the launcher's text as a main module would, then again without the keyword argument it was refused, and
+# prints one JSON line per attempt: {"removed": the line taken out or null, "error": "Type: message" or null}.
+_DRIVER = r"""
+import json, re, sys
+text = sys.stdin.read()
+removed = None
+for attempt in range(4):
+    try:
+        exec(compile(text, "seed003_launcher.py", "exec"), {"__name__": "__main__"})
+        error = None
+    except BaseException as exc:
+        error = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    print(json.dumps({"removed": removed, "error": error}), flush=True)
+    bad = re.search(r"unexpected keyword argument '(\w+)'", error or "")
+    if not bad:
+        break
+    removed = next(line.strip() for line in text.splitlines() if line.strip().startswith(bad.group(1) + "="))
+    text = "\n".join(line for line in text.splitlines() if line.strip() != removed)
+"""
+
+
+@dataclass(frozen=True)
+class LauncherRun:
+    """One attempt at seed 003's launcher: the line taken out before it (None: as printed) and how it ended."""
+
+    removed: str | None
+    error: str | None  # "TypeError: …" (one line); None if it ran to the end
+
+
+def launcher_runs(timeout_s: float = 300.0) -> tuple[str, list[LauncherRun]] | None:
+    """(what it ran on, each attempt) for seed 003's launcher; None where vLLM is not installed (make setup-vllm).
+    An import of vLLM, about 10 s on 2 cores, the first time for each installed version."""
+    from .engines.model_files import hf_model_dir
+    from .engines.vllm import find_vllm
+
+    found = find_vllm()
+    if found is None:
+        return None
+    text = (CODE_DIR / "seed003_launcher.txt").read_text()
+    stand_in = (hf_model_dir() / "config.json").exists()  # the article's 70B path cannot exist here
+    if stand_in:
+        text = text.replace(ARTICLE_MODEL_PATH, str(hf_model_dir()))
+    where = f"{found.distribution} {found.version}" + (", the shipped model in place of its 70B path" if stand_in else "")
+    kept = cache_dir() / f"seed003_launcher_{found.distribution}_{found.version}_{'shipped' if stand_in else 'printed'}.json"
+    if kept.exists():
+        return where, [LauncherRun(**r) for r in json.loads(kept.read_text())]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
+    done = subprocess.run([found.python, "-c", _DRIVER], input=text, capture_output=True, text=True, timeout=timeout_s, env=env)
+    runs = [LauncherRun(**json.loads(line)) for line in done.stdout.splitlines() if line.startswith("{")]
+    if not runs:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        runs = [LauncherRun(None, f"the interpreter itself failed: {last}")]
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    kept.write_text(json.dumps([asdict(r) for r in runs]))
+    return where, runs
+
+
+def assigned_never_read(name: str) -> list[str]:
+    """Module-level names the script data/article_code/<name> assigns and never reads (settings it never applies)."""
+    tree = ast.parse((CODE_DIR / name).read_text())
+    assigned = [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets if isinstance(t, ast.Name)]
+    read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    return [n for n in assigned if n not in read]
+
+
+def gathered_at_once(name: str) -> bool:
+    """Whether the script hands every request to asyncio.gather at once (no semaphore, no worker pool)."""
+    text = (CODE_DIR / name).read_text()
+    return "asyncio.gather(*tasks)" in text and not re.search(r"Semaphore|Queue\(", text)
+
+
+def article_code_table() -> pd.DataFrame:
+    """Seed 003's printed code judged as written: its launcher run in the installed vLLM, its load script read."""
+    from .claims import row
+
+    ran = launcher_runs()
+    if ran is None:
+        launcher = row(
+            "s003-launcher-as-written",
+            "not testable here",
+            "",
+            None,
+            "needs vLLM installed (make setup-vllm); no GPU is needed: it fails before any model is loaded",
+        )
+    else:
+        version, runs = ran
+        tried = "; ".join(
+            (f"without `{r.removed.rstrip(',')}`: " if r.removed else "as printed: ") + (r.error or "it ran").rstrip(".")
+            for r in runs
+        )
+        launcher = row(
+            "s003-launcher-as-written",
+            "does not start" if runs[-1].error else "starts",
+            "",
+            runs[-1].error is None,
+            f"on {version}, {tried}. run_server takes the parsed `vllm serve` arguments (an argparse Namespace), not "
+            "engine args; `vllm serve` with the same flags (less --swap-space, gone from vLLM V1) is the launcher that works",
+        )
+    unused = assigned_never_read("seed003_load.txt")
+    at_once = gathered_at_once("seed003_load.txt")
+    concurrency = row(
+        "s003-load-concurrency",
+        "up to 100 at once" if at_once and "CONCURRENCY" in unused else "as set",
+        "requests",
+        "CONCURRENCY" not in unused,
+        f"the script assigns {', '.join(unused) or 'nothing'} and never reads it: it hands all 256 requests to "
+        "asyncio.gather at once, and aiohttp's default connector opens at most 100 connections, so up to 100 are in "
+        "flight (the rest wait for a connection, a wait its TTFT counts); an asyncio.Semaphore(CONCURRENCY) would apply it",
+    )
+    return pd.DataFrame([launcher, concurrency])

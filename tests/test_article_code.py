@@ -1,0 +1,41 @@
+"""Seed 003's printed code (data/article_code/), judged as written: the files are the article's text (its `=` signs
+and quotes, lost in the seed's text, put back and nothing else), the load script never applies its CONCURRENCY, and
+the launcher, run in the installed vLLM, does not start (the engine tier; no model is loaded, no GPU needed)."""
+
+import re
+
+import pytest
+from conftest import REPO
+
+from labs_lib import article_code
+
+SEED = REPO.parent / "shared" / "seeds" / "003_9a9947c0c12e23f1.txt"
+
+
+def _bare(text: str) -> str:
+    """The text as the seed keeps it: no whitespace, no `=`, `+` or quotes."""
+    return re.sub(r"[\s=+\"']", "", text)
+
+
+@pytest.mark.parametrize("name", ["seed003_launcher.txt", "seed003_load.txt"])
+def test_the_code_is_the_articles(name):
+    if not SEED.exists():
+        pytest.skip("the seeds live in ../shared beside the checkout")
+    assert _bare((article_code.CODE_DIR / name).read_text()) in _bare(SEED.read_text())
+
+
+def test_the_load_script_never_applies_its_concurrency():
+    assert article_code.assigned_never_read("seed003_load.txt") == ["CONCURRENCY"]
+    assert article_code.gathered_at_once("seed003_load.txt")
+    row = article_code.article_code_table().set_index("claim").iloc[1]
+    assert row["computed"] == "up to 100 at once" and row["verdict"] == "does not hold", row
+
+
+def test_the_launcher_as_printed_does_not_start(vllm_installed):
+    where, runs = article_code.launcher_runs()
+    assert where.startswith("vllm")
+    # as printed: vLLM V1 has no swap space; without that line, run_server is handed engine args, not its CLI's
+    assert runs[0].removed is None and "unexpected keyword argument 'swap_space'" in runs[0].error
+    assert runs[1].removed == "swap_space=16," and runs[-1].error and "unexpected keyword" not in runs[-1].error
+    row = article_code.article_code_table().set_index("claim").iloc[0]
+    assert row["computed"] == "does not start" and row["verdict"] == "does not hold" and "swap_space" in row["why"]

@@ -7,7 +7,7 @@ import numpy as np
 
 from .endpoints import Endpoint
 from .errors import BadInput, LabsError, positive_int
-from .load import SLO, LoadResult, run_load, warm_up
+from .load import SLO, LoadResult, run_conversations, run_load, warm_up
 from .prompts import PromptFactory, engine_tokenizer
 from .slo_capacity import SLOCapacity, slo_capacity
 from .timing import RequestSpec
@@ -79,6 +79,13 @@ def tokenizer_for(endpoint: Endpoint):
         return None
 
 
+def check_turns(turns: int, rate: float | None, shared_prefix_tokens: int) -> None:
+    """Multi-turn runs are closed loop (each turn waits for its answer) and carry no separate system prompt."""
+    if turns > 1 and (rate is not None or shared_prefix_tokens):
+        what = "--rate" if rate is not None else "--shared-prefix-tokens"
+        raise BadInput("--turns", turns, f"allowed with --concurrency alone, not with {what} (each turn waits for its answer)")
+
+
 async def bench(
     endpoint: Endpoint,
     *,
@@ -93,15 +100,31 @@ async def bench(
     repeats: int = 1,
     shared_prefix_tokens: int = 0,
     prefix_groups: int = 1,
+    turns: int = 1,
 ) -> list[LoadResult]:
     """Each load level run `repeats` times in a row (new prompts, and new arrival times open loop, each time).
-    With `shared_prefix_tokens`, each prompt follows one of `prefix_groups` system prompts, taken in turn."""
+    With `shared_prefix_tokens`, each prompt follows one of `prefix_groups` system prompts, taken in turn. With
+    `turns` > 1, `requests` conversations of that many questions (closed loop only: load.run_conversations)."""
+    check_turns(turns, rate, shared_prefix_tokens)
     factory = PromptFactory(tokenizer_for(endpoint), seed=seed)
     await warm_up(endpoint)
     results = []
     levels: list[int | None] = list(concurrency) if concurrency else [None]  # None: one open-loop run at `rate`
     for level in levels:
         for repeat in range(repeats):
+            if turns > 1:
+                label = f"c={level} ({turns} turns)" + (f" run {repeat + 1}/{repeats}" if repeats > 1 else "")
+                talks = [
+                    [RequestSpec(p, max_tokens, ignore_eos=ignore_eos) for p in c]
+                    for c in factory.conversations(requests, turns, prompt_tokens)
+                ]
+                settings = {"prompt_tokens": prompt_tokens, "max_tokens": max_tokens, "repeat": repeat, "turns": turns}
+                results.append(
+                    await run_conversations(
+                        endpoint, talks, concurrency=level or 1, progress=progress, desc=label, settings=settings
+                    )
+                )
+                continue
             prompts = factory.prompts(
                 requests, prompt_tokens, shared_prefix_tokens=shared_prefix_tokens, prefix_groups=prefix_groups
             )

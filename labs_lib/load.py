@@ -11,7 +11,7 @@ import asyncio
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import httpx
@@ -45,16 +45,17 @@ def definition_forms(rec: RequestRecord) -> pd.DataFrame:
         "vllm bench serve's client (chunks with choices)": (rec.ttft_first_choice_ms, rec.itl_choice_chunks_ms),
     }
     return pd.DataFrame(
-        {
-            name: {
+        [
+            {
+                "timed as": name,
                 "TTFT ms": ttft,
                 "ITL gaps": len(gaps),
                 "ITL p50 ms": percentile_ms(gaps, 50),
                 "ITL min ms": min(gaps, default=None),
             }
             for name, (ttft, gaps) in forms.items()
-        }
-    )
+        ]
+    ).set_index("timed as")
 
 
 def from_schedule_ms(records: list[RequestRecord], metric: str) -> list[float]:
@@ -327,6 +328,61 @@ async def run_load(
         **(settings or {}),
     }
     return LoadResult([r for r in records if r is not None], duration, meta, slo)
+
+
+async def run_conversations(
+    endpoint: Endpoint,
+    conversations: list[list[RequestSpec]],
+    *,
+    concurrency: int,
+    slo: SLO | None = None,
+    timeout_s: float = TIMEOUT_S,
+    progress: bool = True,
+    desc: str = "turns",
+    settings: dict | None = None,
+) -> LoadResult:
+    """Multi-turn load: each conversation's turns sent one after another, each with the whole conversation so far
+    (its earlier prompts and the answers the server gave) before its own prompt, so the context grows turn by turn;
+    at most `concurrency` conversations at once (a user waits for an answer before the next question). One record
+    per turn, with its conversation and turn; a failed turn ends its conversation (the next question needs the
+    answer), and the turns never sent are counted as not sent in the settings."""
+    if not conversations or not all(conversations):
+        raise BadInput("conversations", len(conversations), "allowed: at least one conversation, each with a turn")
+    concurrency = positive_int("concurrency", concurrency, maximum=100_000)
+    limit = asyncio.Semaphore(concurrency)
+    records: list[RequestRecord] = []
+    total = sum(len(c) for c in conversations)
+    bar = _progress(total, desc, progress)
+    async with _client(endpoint, concurrency, timeout_s) as client:
+        start = time.perf_counter()
+
+        async def talk(c: int, turns: list[RequestSpec]) -> None:
+            history: tuple[tuple[str, str], ...] = ()
+            async with limit:
+                for t, spec in enumerate(turns):
+                    sent = replace(spec, history=history)
+                    rec = await ameasure(client, endpoint, sent, request_id=len(records), sent_s=time.perf_counter() - start)
+                    rec.conversation, rec.turn = c, t
+                    records.append(rec)
+                    bar.update(1)
+                    if not rec.ok:
+                        return
+                    history = (*history, (str(spec.prompt), rec.text))
+
+        await asyncio.gather(*(talk(c, turns) for c, turns in enumerate(conversations)))
+        duration = time.perf_counter() - start
+    bar.close()
+    meta = {
+        "endpoint": endpoint.name,
+        "base_url": endpoint.base_url,
+        "model": endpoint.model,
+        "requests": total,
+        "conversations": len(conversations),
+        "turns_not_sent": total - len(records),
+        "concurrency": concurrency,
+        **(settings or {}),
+    }
+    return LoadResult(records, duration, meta, slo)
 
 
 async def warm_up(endpoint: Endpoint, n: int = 1, max_tokens: int = 4) -> list[RequestRecord]:

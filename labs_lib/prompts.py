@@ -78,3 +78,10 @@ class PromptFactory:
             n = self._count(shared_prefix_tokens)
             prefixes = [self._span(g * len(self.pieces) // groups, n) + "\n\n" for g in range(groups)]
         return [prefixes[i % groups] + self.prompt(n_tokens) for i in range(count)]
+
+    def conversations(self, count: int, turns: int, n_tokens: int) -> list[list[str]]:
+        """`count` conversations of `turns` questions, each question a distinct n_tokens (load.run_conversations
+        sends each turn after the whole conversation so far, so what the server reads grows turn by turn)."""
+        turns = positive_int("turns", turns, maximum=1_000)
+        asked = self.prompts(positive_int("conversations", count, maximum=1_000_000) * turns, n_tokens)
+        return [asked[c * turns : (c + 1) * turns] for c in range(count)]

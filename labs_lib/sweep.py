@@ -38,7 +38,7 @@ from .engines import KINDS, Engine, EngineConfig, engine_class, make_engine
 from .engines.metrics import delta, scrape
 from .errors import BadInput, LabsError, ResultsNotSaved, positive_int, positive_number, read_user_file, writable_path
 from .gpu import read_gpus
-from .load import SLO, run_load, summarize, warm_up
+from .load import SLO, run_conversations, run_load, summarize, warm_up
 from .paths import DATA_DIR
 from .prompts import PromptFactory
 from .timing import RequestSpec
@@ -61,11 +61,21 @@ class Workload:
     prefix_groups: int = 1  # that many different system prompts, taken in turn (N prefixes x M suffixes)
     long_prompt_tokens: int = 0  # every long_every-th request gets a prompt this long (chunked prefill)
     long_every: int = 0
+    turns: int = 1  # > 1: `requests` conversations of this many questions, each turn with the conversation so far
 
     def levels(self) -> list[dict]:
         if self.rate:
             return [{"request_rate": r} for r in self.rate]
         return [{"concurrency": c} for c in self.concurrency]
+
+
+def _workload_key(workload: Workload) -> dict:
+    """The workload's fields, less those at a default added after sweeps were first written: a point measured
+    before `turns` existed keeps its id, so a resumed sweep finds it."""
+    key = asdict(workload)
+    if key["turns"] == 1:
+        del key["turns"]
+    return key
 
 
 @dataclass(frozen=True)
@@ -79,7 +89,7 @@ class Point:
             {
                 "engine": engine,
                 "config": self.config,
-                "workload": asdict(self.workload) if self.workload else None,
+                "workload": _workload_key(self.workload) if self.workload else None,
                 "level": self.level,
             },
             sort_keys=True,
@@ -137,9 +147,13 @@ def _workload(raw: object, where: str) -> Workload:
             v = v if isinstance(v, (list, tuple)) else [v]
             conv = positive_int if key == "concurrency" else positive_number
             values[key] = tuple(conv(f"{where}.{key}", x) for x in v)
-    for key in ("requests", "prompt_tokens", "max_tokens", "prefix_groups"):
+    for key in ("requests", "prompt_tokens", "max_tokens", "prefix_groups", "turns"):
         if key in values:
             values[key] = positive_int(f"{where}.{key}", values[key], maximum=1_000_000)
+    if values.get("turns", 1) > 1:  # a conversation waits for each answer: closed loop, its own prompts
+        clash = next((k for k in ("rate", "shared_prefix_tokens", "long_prompt_tokens") if values.get(k)), None)
+        if clash:
+            raise BadInput(f"{where}.turns", values["turns"], f"allowed with concurrency levels alone, not with {clash}")
     for key in ("shared_prefix_tokens", "long_prompt_tokens", "long_every"):
         if key in values:
             values[key] = positive_int(f"{where}.{key}", values[key], minimum=0, maximum=1_000_000)
@@ -337,21 +351,28 @@ async def _run_point(engine, kind: str, point: Point, slo: SLO | None, timeout_s
         return row
     endpoint = endpoint_for(engine)
     factory = PromptFactory(engine.prompt_tokenizer(), seed=hash(point.point_id(kind)) % 2**31)
-    specs, is_long = _specs(point.workload, factory)
     await warm_up(endpoint)
     before = scrape(engine.root_url, endpoint.headers())
-    result = await asyncio.wait_for(
-        run_load(
+    settings, w = {"workload": point.workload.name}, point.workload
+    is_long: list[bool] = []  # which requests are the long ones (chunked-prefill workloads)
+    if w.turns > 1:
+        asked = factory.conversations(w.requests, w.turns, w.prompt_tokens)
+        talks = [[RequestSpec(q, w.max_tokens, ignore_eos=True) for q in c] for c in asked]
+        load = run_conversations(
+            endpoint, talks, concurrency=point.level["concurrency"], slo=slo, progress=False, settings=settings
+        )
+    else:
+        specs, is_long = _specs(w, factory)
+        load = run_load(
             endpoint,
             specs,
             concurrency=point.level.get("concurrency"),
             rate=point.level.get("request_rate"),
             slo=slo,
             progress=False,
-            settings={"workload": point.workload.name},
-        ),
-        timeout=timeout_s,
-    )
+            settings=settings,
+        )
+    result = await asyncio.wait_for(load, timeout=timeout_s)
     row["metrics"] = _interesting(delta(before, scrape(engine.root_url, endpoint.headers())))
     row["memory"] = _memory(engine)
     summary = result.row()

@@ -53,6 +53,8 @@ class RequestSpec:
     ignore_eos: bool = False  # vLLM and llama.cpp honour it: every request runs to max_tokens
     extra: dict = field(default_factory=dict)  # engine-specific body fields, e.g. {"cache_prompt": False}
     include_usage: bool = True  # ask for the usage chunk (exact token counts); False sends what the articles send
+    # earlier turns of a conversation, (user, assistant) text pairs sent before `prompt` (multi-turn workloads)
+    history: tuple[tuple[str, str], ...] = ()
 
     def body(self, model: str | None) -> dict:
         body: dict = {"max_tokens": self.max_tokens, "temperature": self.temperature, "stream": True}
@@ -62,6 +64,8 @@ class RequestSpec:
             body["model"] = model
         if self.api == "chat":
             messages = [{"role": "system", "content": self.system}] if self.system else []
+            for asked, answered in self.history:
+                messages += [{"role": "user", "content": asked}, {"role": "assistant", "content": answered}]
             body["messages"] = [*messages, {"role": "user", "content": self.prompt}]
         else:
             body["prompt"] = self.prompt
@@ -105,6 +109,8 @@ class RequestRecord:
     server_decode_tokens: int | None = None
     text: str = ""
     error: str | None = None
+    conversation: int | None = None  # multi-turn runs: which conversation, and which turn of it (0 first)
+    turn: int | None = None
 
     @property
     def ok(self) -> bool:

@@ -125,6 +125,10 @@ def sweep_params(grid: Grid) -> dict[str, Any]:
             raise BadInput(
                 "grid", grid.name, f"workload {workload.name}: allowed: no long_every prompts (vLLM's datasets have none)"
             )
+        if workload.turns > 1:
+            raise BadInput(
+                "grid", grid.name, f"workload {workload.name}: allowed: one turn (vLLM's datasets replay no conversation)"
+            )
         if workload.shared_prefix_tokens:  # N system prompts x M suffixes: vLLM's prefix_repetition dataset
             prompts = {
                 "dataset_name": "prefix_repetition",

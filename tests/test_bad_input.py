@@ -62,6 +62,12 @@ CLI_CASES = [
     ("bench zero concurrency", ["bench", "--base-url", "http://127.0.0.1:9/v1", "--concurrency", "0"], ["0"]),
     ("bench non-numeric concurrency", ["bench", "--base-url", "http://127.0.0.1:9/v1", "--concurrency", "1,x"], ["x"]),
     ("bench unknown engine", ["bench", "--endpoint", "local", "--engine", "tgi"], ["tgi"]),
+    ("bench zero turns", ["bench", "--base-url", "http://127.0.0.1:9/v1", "--turns", "0"], ["--turns", "0"]),
+    (
+        "bench turns with a rate",
+        ["bench", "--base-url", "http://127.0.0.1:9/v1", "--turns", "3", "--rate", "2"],
+        ["--turns", "--rate"],
+    ),
     (
         "bench key pasted as the variable name",
         ["bench", "--endpoint", "taotoken", "--api-key-env", KEY],

@@ -1,5 +1,6 @@
 """The timing harness and `bench` against the real embedded engine."""
 
+import itertools
 import json
 import math
 import re
@@ -229,3 +230,21 @@ def test_endpoint_resolution():
     assert resolve("http://127.0.0.1:8000/v1").is_loopback and not resolve("https://taotoken.net/api/v1").is_loopback
     with pytest.raises(BadInput):
         resolve("ftp://x")
+
+
+def test_a_conversation_grows_turn_by_turn_and_reads_its_history_from_the_cache(engine):
+    """2 conversations of 3 turns (load.run_conversations): each turn's prompt holds the earlier turns and their
+    answers, so the server reads more tokens each turn, and the history it has just seen is served from its cache."""
+    from labs_lib.load import run_conversations
+
+    factory = PromptFactory(engine_tokenizer(engine.root_url), seed=11)
+    talks = [[RequestSpec(q, 16, ignore_eos=True) for q in c] for c in factory.conversations(2, 3, 40)]
+    result = run_blocking(run_conversations(endpoint_for(engine), talks, concurrency=2, progress=False))
+    assert result.summary.completed == 6 and result.settings["turns_not_sent"] == 0, result.summary.errors
+    for c in range(2):
+        turns = sorted((r for r in result.records if r.conversation == c), key=lambda r: r.turn)
+        assert [r.turn for r in turns] == [0, 1, 2]
+        # each turn reads the one before it whole (its prompt and 16-token answer) and then 40 new tokens
+        for before, after in itertools.pairwise(turns):
+            assert after.prompt_tokens >= before.prompt_tokens + 16 + 40, (before.prompt_tokens, after.prompt_tokens)
+            assert (after.cached_tokens or 0) >= before.prompt_tokens * 0.8, (after.cached_tokens, before.prompt_tokens)

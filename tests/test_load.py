@@ -57,3 +57,23 @@ def test_ttft_parts_read_vllms_histograms_as_means_over_the_run():
     assert ttft_parts(run) == {"requests": 4, "ttft_ms": 400.0, "queue_ms": 200.0, "prefill_ms": 50.0, "rest_ms": 150.0}
     run.engine_delta = None  # nothing scraped and no server timings: only the client's TTFT is known
     assert ttft_parts(run) == {"requests": 4, "ttft_ms": 400.0, "queue_ms": None, "prefill_ms": None, "rest_ms": None}
+
+
+def test_a_conversation_sends_its_earlier_turns_before_the_new_question():
+    """Multi-turn (load.run_conversations): turn k carries the k earlier questions and the answers the server gave,
+    in order, then its own question."""
+    from labs_lib.prompts import PromptFactory
+    from labs_lib.timing import RequestSpec
+
+    talks = PromptFactory(None, seed=0).conversations(2, 3, 12)
+    assert [len(c) for c in talks] == [3, 3] and len({q for c in talks for q in c}) == 6  # distinct
+    spec = RequestSpec("third?", 8, system="be brief", history=(("first?", "one"), ("second?", "two")))
+    roles = [(m["role"], m["content"]) for m in spec.body("m")["messages"]]
+    assert roles == [
+        ("system", "be brief"),
+        ("user", "first?"),
+        ("assistant", "one"),
+        ("user", "second?"),
+        ("assistant", "two"),
+        ("user", "third?"),
+    ]

@@ -407,3 +407,36 @@ def test_the_articles_prefix_saving_reads_the_caching_on_row_whatever_order_the_
     table = article_checks(None, batching, 0.5, hits, "vllm", "vllm_cpu")
     saving = table[table["claim"].str.contains("prefix", case=False) & table["computed"].astype(str).str.contains("served")]
     assert list(saving["computed"]) == ["70% of prompt tokens served from the cache"], table[["claim", "computed"]]
+
+
+def test_a_multi_turn_workload_is_validated_and_keeps_older_point_ids():
+    from labs_lib.sweep import Point, Workload
+
+    grid = load_grid({**TINY, "workloads": [{"name": "talk", "concurrency": [2], "requests": 2, "turns": 3}]})
+    assert grid.workloads[0].turns == 3
+    for clash in ({"rate": [1.0]}, {"shared_prefix_tokens": 40}):
+        with pytest.raises(BadInput, match="turns"):
+            load_grid({**TINY, "workloads": [{"name": "talk", "turns": 2, **clash}]})
+    # a point measured before `turns` existed (one turn) keeps its id; a conversation is another point
+    import dataclasses
+    import hashlib
+    import json
+
+    one = Point({"ctx": 1024}, Workload(), {"concurrency": 1})
+    before_turns = {k: v for k, v in dataclasses.asdict(Workload()).items() if k != "turns"}  # the key as it was
+    key = {"engine": "llamacpp", "config": {"ctx": 1024}, "workload": before_turns, "level": {"concurrency": 1}}
+    old_id = hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    assert one.point_id("llamacpp") == old_id
+    assert Point({"ctx": 1024}, Workload(turns=2), {"concurrency": 1}).point_id("llamacpp") != one.point_id("llamacpp")
+
+
+@pytest.mark.engine
+def test_a_multi_turn_sweep_point_records_every_turn(tmp_path):
+    grid = load_grid(
+        {
+            **TINY,
+            "workloads": [{"name": "talk", "concurrency": [2], "requests": 2, "prompt_tokens": 16, "max_tokens": 4, "turns": 3}],
+        }
+    )
+    df = run_blocking(run_sweep(grid, tmp_path / "talk.jsonl", progress=False))
+    assert (df["status"] == "ok").all() and int(df["summary.completed"].iloc[0]) == 6  # 2 conversations x 3 turns

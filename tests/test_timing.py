@@ -68,11 +68,11 @@ def test_vllm_clients_itl_counts_every_chunk_with_choices():
     assert feed([(0.1, USAGE), (0.2, "data: [DONE]")]).itl_choice_chunks_ms == []
     from labs_lib.load import definition_forms
 
-    forms = definition_forms(rec)  # lab 02's table: the same request both ways
-    harness, client = forms.columns
-    assert forms.loc["TTFT ms", harness] == pytest.approx(300) and forms.loc["TTFT ms", client] == pytest.approx(5)
-    assert (forms.loc["ITL gaps", harness], forms.loc["ITL gaps", client]) == (3, 5)
-    assert forms.loc["ITL min ms", client] == pytest.approx(1) and forms.loc["ITL p50 ms", harness] == pytest.approx(20)
+    forms = definition_forms(rec)  # lab 02's table: the same request both ways, one row each
+    harness, client = forms.index
+    assert forms.loc[harness, "TTFT ms"] == pytest.approx(300) and forms.loc[client, "TTFT ms"] == pytest.approx(5)
+    assert list(forms["ITL gaps"]) == [3, 5]
+    assert forms.loc[client, "ITL min ms"] == pytest.approx(1) and forms.loc[harness, "ITL p50 ms"] == pytest.approx(20)
 
 
 def test_definitions_on_a_constructed_stream():

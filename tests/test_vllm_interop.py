@@ -105,3 +105,14 @@ def test_a_grid_vllms_datasets_cannot_express_is_refused_in_one_line():
     grid = load_grid(DATA_DIR / "grids" / "vllm_cpu_chunked_prefill.yaml", quick=False, engine="vllm")
     with pytest.raises(BadInput, match="long_every"):
         sweep_params(grid)
+    talk = load_grid(
+        {
+            "name": "talk",
+            "engine": "vllm",
+            "base": {"max_model_len": 1024},
+            "axes": {"parallel": [2]},
+            "workloads": [{"name": "talk", "concurrency": [2], "requests": 2, "turns": 3}],
+        }
+    )
+    with pytest.raises(BadInput, match="replay no conversation"):
+        sweep_params(talk)

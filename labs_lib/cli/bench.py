@@ -10,7 +10,7 @@ from .common import add_target_arguments, chosen_target
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..bench import bench, discover_model, int_list, repeat_intervals, result_row
+    from ..bench import bench, check_turns, discover_model, int_list, repeat_intervals, result_row
     from ..endpoints import Endpoint, open_endpoint
     from ..errors import positive_int, positive_number, writable_path
     from ..keys import read_key
@@ -28,13 +28,15 @@ def run(args: argparse.Namespace) -> int:
     max_tokens = positive_int("--max-tokens", args.max_tokens, maximum=1_000_000)
     shared_prefix_tokens = positive_int("--shared-prefix-tokens", args.shared_prefix_tokens, minimum=0, maximum=1_000_000)
     prefix_groups = positive_int("--prefix-groups", args.prefix_groups, maximum=1_000)
+    turns = positive_int("--turns", args.turns, maximum=1_000)
+    check_turns(turns, rate, shared_prefix_tokens)
     repeats = positive_int("--repeats", args.repeats, maximum=100)
     out_path = writable_path("--out", args.out) if args.out else None
     capacity_settings = _capacity_settings(args, requests) if args.slo_capacity else None
     parallel = max(concurrency or [4])
     if target == "taotoken" and not args.api_key_env:
         read_key("TAOTOKEN_API_KEY", required=True)
-    ctx = parallel * (shared_prefix_tokens + prompt_tokens + max_tokens + 64)
+    ctx = parallel * (shared_prefix_tokens + turns * (prompt_tokens + max_tokens + 16) + 64)  # a conversation grows
     with open_endpoint(
         target, model=args.model, api_key_env=args.api_key_env, engine=args.engine, parallel=min(parallel, 16), ctx=ctx
     ) as (endpoint, _engine):
@@ -55,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
                 repeats=repeats,
                 shared_prefix_tokens=shared_prefix_tokens,
                 prefix_groups=prefix_groups,
+                turns=turns,
             )
         )
     rows = [result_row(r) for r in results]
@@ -68,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
             "max_tokens": max_tokens,
             "shared_prefix_tokens": shared_prefix_tokens,
             "prefix_groups": prefix_groups,
+            "turns": turns,
             "concurrency": concurrency,
             "request_rate": rate,
             "repeats": repeats,
@@ -241,6 +245,12 @@ def add_parser(sub) -> None:
     p.add_argument("--max-tokens", default=64, help="output tokens per request (default 64)")
     p.add_argument("--shared-prefix-tokens", default=0, help="a system prompt of this many tokens before each prompt")
     p.add_argument("--prefix-groups", default=1, help="with --shared-prefix-tokens: that many system prompts, in turn")
+    p.add_argument(
+        "--turns",
+        default=1,
+        help="questions per conversation (default 1); 2 or more: --requests conversations, each turn "
+        "sent with the conversation so far (closed loop)",
+    )
     p.add_argument("--engine", default="auto", help="for --endpoint local: auto, llamacpp or vllm")
     p.add_argument(
         "--repeats", default=1, help="runs per level (default 1); 2 or more add 95%% intervals from resampling whole runs"

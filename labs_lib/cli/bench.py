@@ -10,7 +10,7 @@ from .common import add_target_arguments, chosen_target
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..bench import bench, check_turns, discover_model, int_list, repeat_intervals, result_row
+    from ..bench import bench, discover_model, int_list, repeat_intervals, result_row
     from ..endpoints import Endpoint, open_endpoint
     from ..errors import positive_int, positive_number, writable_path
     from ..keys import read_key
@@ -23,20 +23,15 @@ def run(args: argparse.Namespace) -> int:
     rate = positive_number("--rate", args.rate) if args.rate is not None else None
     if concurrency is None and rate is None:
         concurrency = [1]
-    requests = positive_int("--requests", args.requests, maximum=1_000_000)
-    prompt_tokens = positive_int("--prompt-tokens", args.prompt_tokens, maximum=1_000_000)
-    max_tokens = positive_int("--max-tokens", args.max_tokens, maximum=1_000_000)
-    shared_prefix_tokens = positive_int("--shared-prefix-tokens", args.shared_prefix_tokens, minimum=0, maximum=1_000_000)
-    prefix_groups = positive_int("--prefix-groups", args.prefix_groups, maximum=1_000)
-    turns = positive_int("--turns", args.turns, maximum=1_000)
-    check_turns(turns, rate, shared_prefix_tokens)
+    w = _workload(args, rate)  # requests, prompt_tokens, max_tokens, shared_prefix_tokens, prefix_groups, turns
+    requests, prompt_tokens, max_tokens = w["requests"], w["prompt_tokens"], w["max_tokens"]
     repeats = positive_int("--repeats", args.repeats, maximum=100)
     out_path = writable_path("--out", args.out) if args.out else None
     capacity_settings = _capacity_settings(args, requests) if args.slo_capacity else None
     parallel = max(concurrency or [4])
     if target == "taotoken" and not args.api_key_env:
         read_key("TAOTOKEN_API_KEY", required=True)
-    ctx = parallel * (shared_prefix_tokens + turns * (prompt_tokens + max_tokens + 16) + 64)  # a conversation grows
+    ctx = parallel * (w["shared_prefix_tokens"] + w["turns"] * (prompt_tokens + max_tokens + 16) + 64)  # conversations grow
     with open_endpoint(
         target, model=args.model, api_key_env=args.api_key_env, engine=args.engine, parallel=min(parallel, 16), ctx=ctx
     ) as (endpoint, _engine):
@@ -45,33 +40,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"benchmarking {endpoint.base_url} model {endpoint.model} (key {endpoint.masked_key})", file=sys.stderr)
         if capacity_settings:
             return _capacity(args, endpoint, capacity_settings, requests, prompt_tokens, max_tokens)
-        results = run_blocking(
-            bench(
-                endpoint,
-                concurrency=concurrency,
-                rate=rate,
-                requests=requests,
-                prompt_tokens=prompt_tokens,
-                max_tokens=max_tokens,
-                progress=not args.json,
-                repeats=repeats,
-                shared_prefix_tokens=shared_prefix_tokens,
-                prefix_groups=prefix_groups,
-                turns=turns,
-            )
-        )
+        results = run_blocking(bench(endpoint, concurrency=concurrency, rate=rate, progress=not args.json, repeats=repeats, **w))
     rows = [result_row(r) for r in results]
     levels = [results[i : i + repeats] for i in range(0, len(results), repeats)]
     intervals = [{"level": _level(runs[0]), **repeat_intervals(runs)} for runs in levels] if repeats > 1 else []
     out = {
         "endpoint": endpoint.describe(),
         "settings": {
-            "requests": requests,
-            "prompt_tokens": prompt_tokens,
-            "max_tokens": max_tokens,
-            "shared_prefix_tokens": shared_prefix_tokens,
-            "prefix_groups": prefix_groups,
-            "turns": turns,
+            **w,
             "concurrency": concurrency,
             "request_rate": rate,
             "repeats": repeats,
@@ -159,6 +135,23 @@ def _capacity(args: argparse.Namespace, endpoint, settings: dict, requests: int,
             )
         print(found.describe())
     return 0 if found.max_rps is not None else 1
+
+
+def _workload(args: argparse.Namespace, rate: float | None) -> dict:
+    """The requests to send, checked (one line naming a bad value): bench()'s workload arguments."""
+    from ..bench import check_turns
+    from ..errors import positive_int
+
+    w = {
+        "requests": positive_int("--requests", args.requests, maximum=1_000_000),
+        "prompt_tokens": positive_int("--prompt-tokens", args.prompt_tokens, maximum=1_000_000),
+        "max_tokens": positive_int("--max-tokens", args.max_tokens, maximum=1_000_000),
+        "shared_prefix_tokens": positive_int("--shared-prefix-tokens", args.shared_prefix_tokens, minimum=0, maximum=1_000_000),
+        "prefix_groups": positive_int("--prefix-groups", args.prefix_groups, maximum=1_000),
+        "turns": positive_int("--turns", args.turns, maximum=1_000),
+    }
+    check_turns(w["turns"], rate, w["shared_prefix_tokens"])
+    return w
 
 
 def _show_vllm_result(args: argparse.Namespace) -> int:

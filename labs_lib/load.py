@@ -317,16 +317,8 @@ async def run_load(
             await asyncio.gather(*tasks)
         duration = time.perf_counter() - start
     bar.close()
-    meta = {
-        "endpoint": endpoint.name,
-        "base_url": endpoint.base_url,
-        "model": endpoint.model,
-        "requests": len(specs),
-        "concurrency": concurrency,
-        "request_rate": rate,
-        "burstiness": burstiness if rate else None,
-        **(settings or {}),
-    }
+    burst = burstiness if rate else None
+    meta = _run_meta(endpoint, settings, requests=len(specs), concurrency=concurrency, request_rate=rate, burstiness=burst)
     return LoadResult([r for r in records if r is not None], duration, meta, slo)
 
 
@@ -372,17 +364,20 @@ async def run_conversations(
         await asyncio.gather(*(talk(c, turns) for c, turns in enumerate(conversations)))
         duration = time.perf_counter() - start
     bar.close()
-    meta = {
-        "endpoint": endpoint.name,
-        "base_url": endpoint.base_url,
-        "model": endpoint.model,
-        "requests": total,
-        "conversations": len(conversations),
-        "turns_not_sent": total - len(records),
-        "concurrency": concurrency,
-        **(settings or {}),
-    }
+    meta = _run_meta(
+        endpoint,
+        settings,
+        requests=total,
+        conversations=len(conversations),
+        turns_not_sent=total - len(records),
+        concurrency=concurrency,
+    )
     return LoadResult(records, duration, meta, slo)
+
+
+def _run_meta(endpoint: Endpoint, settings: dict | None, **fields: object) -> dict:
+    """A run's settings: where it was sent, what it sent (`fields`), then the caller's own `settings`."""
+    return {"endpoint": endpoint.name, "base_url": endpoint.base_url, "model": endpoint.model, **fields, **(settings or {})}
 
 
 async def warm_up(endpoint: Endpoint, n: int = 1, max_tokens: int = 4) -> list[RequestRecord]:

@@ -4,7 +4,8 @@ verdict, and so is a setting a script assigns and never uses.
 Seed 003's launcher runs in the installed vLLM's own interpreter (`python -c`, offline: nothing is downloaded), once
 as printed and once with each refused keyword argument taken out, until it reaches a failure of another kind; each
 failure is one line. Its model path (a 70B checkpoint) cannot exist here: where the shipped model's copy for vLLM has
-been built, that path stands in, so the run gets past the model to the launcher's own calls. The result depends only on the vLLM installed, so it is kept in the cache per version.
+been built, that path stands in, so the run gets past the model to the launcher's own calls. The result depends
+only on the vLLM installed, so it is kept in the cache per version.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import ast
 import json
 import os
 import re
+import signal
 import subprocess
 from dataclasses import asdict, dataclass
 
@@ -23,20 +25,22 @@ from .paths import DATA_DIR, cache_dir
 CODE_DIR = DATA_DIR / "article_code"
 ARTICLE_MODEL_PATH = "/data/models/llama-2-70b-chat-hf"
 
-# Runs the launcher's text as a main module would, then again without the keyword argument it was refused, and
-# prints one JSON line per attempt: {"removed": the line taken out or null, "error": "Type: message" or null}.
+# Runs the launcher's text as a main module would, then again without the keyword argument it was refused; prints a
+# JSON line as each attempt begins ({"removed": the line taken out, or null}) and one as it ends ({"error": "Type:
+# message"}). An attempt that never ends has started a server: the caller stops it (its whole process group).
 _DRIVER = r"""
 import json, re, sys
 text = sys.stdin.read()
 removed = None
 for attempt in range(4):
+    print(json.dumps({"removed": removed}), flush=True)
     try:
         exec(compile(text, "seed003_launcher.py", "exec"), {"__name__": "__main__"})
-        error = None
+        error = "it returned without serving"
     except BaseException as exc:
         error = f"{type(exc).__name__}: {exc}".splitlines()[0]
-    print(json.dumps({"removed": removed, "error": error}), flush=True)
-    bad = re.search(r"unexpected keyword argument '(\w+)'", error or "")
+    print(json.dumps({"error": error}), flush=True)
+    bad = re.search(r"unexpected keyword argument '(\w+)'", error)
     if not bad:
         break
     removed = next(line.strip() for line in text.splitlines() if line.strip().startswith(bad.group(1) + "="))
@@ -49,7 +53,7 @@ class LauncherRun:
     """One attempt at seed 003's launcher: the line taken out before it (None: as printed) and how it ended."""
 
     removed: str | None
-    error: str | None  # "TypeError: …" (one line); None if it ran to the end
+    error: str | None  # "TypeError: …" (one line); None: still serving when stopped (it started)
 
 
 def launcher_runs(timeout_s: float = 300.0) -> tuple[str, list[LauncherRun]] | None:
@@ -70,14 +74,40 @@ def launcher_runs(timeout_s: float = 300.0) -> tuple[str, list[LauncherRun]] | N
     if kept.exists():
         return where, [LauncherRun(**r) for r in json.loads(kept.read_text())]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
-    done = subprocess.run([found.python, "-c", _DRIVER], input=text, capture_output=True, text=True, timeout=timeout_s, env=env)
-    runs = [LauncherRun(**json.loads(line)) for line in done.stdout.splitlines() if line.startswith("{")]
+    proc = subprocess.Popen(
+        [found.python, "-c", _DRIVER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,  # a launcher that works starts a server and its processes: all stopped together
+    )
+    try:
+        out, err = proc.communicate(text, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+    runs = _attempts(out)
     if not runs:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        runs = [LauncherRun(None, f"the interpreter itself failed: {last}")]
+        runs = [LauncherRun(None, "the interpreter itself failed: " + (err.strip().splitlines() or ["no output"])[-1])]
     kept.parent.mkdir(parents=True, exist_ok=True)
     kept.write_text(json.dumps([asdict(r) for r in runs]))
     return where, runs
+
+
+def _attempts(out: str) -> list[LauncherRun]:
+    """The driver's lines as attempts; one begun and never ended was serving when it was stopped (error None)."""
+    runs: list[LauncherRun] = []
+    for line in out.splitlines():
+        if not line.startswith("{"):
+            continue
+        event = json.loads(line)
+        if "removed" in event:
+            runs.append(LauncherRun(event["removed"], None))
+        elif runs:
+            runs[-1] = LauncherRun(runs[-1].removed, event["error"])
+    return runs
 
 
 def assigned_never_read(name: str) -> list[str]:
@@ -110,7 +140,8 @@ def article_code_table() -> pd.DataFrame:
     else:
         version, runs = ran
         tried = "; ".join(
-            (f"without `{r.removed.rstrip(',')}`: " if r.removed else "as printed: ") + (r.error or "it ran").rstrip(".")
+            (f"without `{r.removed.rstrip(',')}`: " if r.removed else "as printed: ")
+            + (r.error or "it was serving when stopped").rstrip(".")
             for r in runs
         )
         launcher = row(

@@ -39,3 +39,11 @@ def test_the_launcher_as_printed_does_not_start(vllm_installed):
     assert runs[1].removed == "swap_space=16," and runs[-1].error and "unexpected keyword" not in runs[-1].error
     row = article_code.article_code_table().set_index("claim").iloc[0]
     assert row["computed"] == "does not start" and row["verdict"] == "does not hold" and "swap_space" in row["why"]
+
+
+def test_an_attempt_that_never_ends_is_a_launcher_that_started():
+    """The driver prints a line as each attempt begins and one as it ends; one begun and never ended was serving
+    when it was stopped (a vLLM whose launcher works)."""
+    lines = ['{"removed": null}', '{"error": "TypeError: no swap_space"}', '{"removed": "swap_space=16,"}', "INFO noise"]
+    runs = article_code._attempts("\n".join(lines))
+    assert [(r.removed, r.error) for r in runs] == [(None, "TypeError: no swap_space"), ("swap_space=16,", None)]

@@ -8,6 +8,7 @@ Open-loop arrivals follow vLLM's benchmark: gamma-distributed gaps with mean 1/r
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 from collections.abc import Sequence
@@ -343,6 +344,7 @@ async def run_conversations(
     concurrency = positive_int("concurrency", concurrency, maximum=100_000)
     limit = asyncio.Semaphore(concurrency)
     records: list[RequestRecord] = []
+    ids = itertools.count()  # taken at send time: conversations in flight together never share an id
     total = sum(len(c) for c in conversations)
     bar = _progress(total, desc, progress)
     async with _client(endpoint, concurrency, timeout_s) as client:
@@ -353,7 +355,7 @@ async def run_conversations(
             async with limit:
                 for t, spec in enumerate(turns):
                     sent = replace(spec, history=history)
-                    rec = await ameasure(client, endpoint, sent, request_id=len(records), sent_s=time.perf_counter() - start)
+                    rec = await ameasure(client, endpoint, sent, request_id=next(ids), sent_s=time.perf_counter() - start)
                     rec.conversation, rec.turn = c, t
                     records.append(rec)
                     bar.update(1)

@@ -241,6 +241,7 @@ def test_a_conversation_grows_turn_by_turn_and_reads_its_history_from_the_cache(
     talks = [[RequestSpec(q, 16, ignore_eos=True) for q in c] for c in factory.conversations(2, 3, 40)]
     result = run_blocking(run_conversations(endpoint_for(engine), talks, concurrency=2, progress=False))
     assert result.summary.completed == 6 and result.settings["turns_not_sent"] == 0, result.summary.errors
+    assert sorted(r.request_id for r in result.records) == list(range(6))  # one id per turn, none shared
     for c in range(2):
         turns = sorted((r for r in result.records if r.conversation == c), key=lambda r: r.turn)
         assert [r.turn for r in turns] == [0, 1, 2]

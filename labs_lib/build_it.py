@@ -9,10 +9,12 @@ agrees on every case, else the library's (the lab never stops on an unwritten ce
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import math
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +23,7 @@ import numpy as np
 from .doctor.rules import diagnose
 from .errors import BadInput
 from .kv_math import GIB, kv_cache, plan_capacity
-from .load import SLO, summarize
+from .load import SLO, closed_loop, summarize
 from .models import ModelSpec, load_model
 from .paths import DATA_DIR
 from .quality import Scores, kl_lower_bound
@@ -50,6 +52,11 @@ class Core:
     cases: Callable[[], list[Case]]
     solution: Callable
     imports: str = ""
+    run: Callable[[Callable, tuple], Any] | None = None  # how a case calls a function (None: function(*args))
+
+    def call(self, function: Callable, args: tuple) -> Any:
+        """What `function` gives for one case's arguments: its result, or what `run` observed of it."""
+        return self.run(function, args) if self.run else function(*args)
 
 
 def kv_bytes_per_sequence(model: ModelSpec, seq_len: int, bytes_per_value: float) -> float:
@@ -170,6 +177,68 @@ def _goodput_cases() -> list[Case]:
     ]  # fmt: skip
 
 
+PROBE_LIMIT_S = 60.0  # the probe's requests take a few hundred event-loop turns: milliseconds, even on a busy machine
+
+
+def _drive_closed_loop(load_generator: Callable, args: tuple) -> str:
+    """Run a closed_loop over a probe send whose request i takes durations[i] event-loop turns (args: durations,
+    concurrency), on an event loop of its own (a notebook's is already running). Returns what the probe saw: the
+    answers, the sends, the most in flight, and whether the users kept every slot busy while requests waited (a
+    refill takes a few turns: more than four idle slot-turns per request is an engine left waiting)."""
+    durations, concurrency = args
+    seen = {"sends": 0, "in_flight": 0, "peak": 0, "idle_slot_turns": 0}
+
+    async def send(i: int) -> str:
+        if not 0 <= i < len(durations):
+            raise IndexError(f"send({i}): there are {len(durations)} requests, 0 … {len(durations) - 1}")
+        seen["sends"] += 1
+        seen["in_flight"] += 1
+        seen["peak"] = max(seen["peak"], seen["in_flight"])
+        for _ in range(durations[i]):
+            await asyncio.sleep(0)  # one turn of the event loop: the other requests in flight move on
+        seen["in_flight"] -= 1
+        return f"answer {i}"
+
+    async def clock() -> None:  # each turn: the slots left free while a request waits to be sent
+        while True:
+            usable = min(concurrency, len(durations) - seen["sends"] + seen["in_flight"])
+            seen["idle_slot_turns"] += max(0, usable - seen["in_flight"])
+            await asyncio.sleep(0)
+
+    async def drive() -> Any:
+        running = load_generator(send, len(durations), concurrency)
+        if not inspect.isawaitable(running):
+            raise TypeError("it returned without awaiting: write it as `async def` and `await send(i)`")
+        ticking = asyncio.create_task(clock())
+        try:
+            return await asyncio.wait_for(running, PROBE_LIMIT_S)
+        except TimeoutError:
+            raise TimeoutError(
+                f"not done after {PROBE_LIMIT_S:.0f} s: does a user wait for something that never comes?"
+            ) from None
+        finally:
+            ticking.cancel()
+
+    with ThreadPoolExecutor(1) as pool:
+        answers = pool.submit(asyncio.run, drive()).result()
+    in_order = isinstance(answers, (list, tuple)) and list(answers) == [f"answer {i}" for i in range(len(durations))]
+    busy = seen["idle_slot_turns"] <= 4 * len(durations)
+    return (
+        f"{'answers in request order' if in_order else f'answers {answers!r}'}; {seen['sends']} sends; "
+        f"at most {seen['peak']} in flight; slots kept busy: {'yes' if busy else 'no'}"
+    )
+
+
+def _closed_loop_cases() -> list[Case]:
+    return [
+        Case(((4, 4, 4, 4), 1), "4 requests, one user", "concurrency caps what is in flight: one user sends one request at a time, not all at once"),
+        Case(((5, 5, 5), 8), "3 requests, 8 users", "the users send at the same time: all 3 requests in flight together, each sent once (no send(3))"),
+        Case(((30, 20, 10, 5), 4), "4 requests answered in reverse order", "answers[i] is request i's answer, whatever order the answers arrive in"),
+        Case(((200, 5, 5, 5, 5, 5, 5, 5, 5, 5), 4), "one long request among nine short ones, 4 users", "a user sends its next request the moment its answer arrives; waiting for a whole batch (static batching) leaves the engine idle behind the long one"),
+        Case(((6, 9, 4, 7, 5, 8, 3, 6), 2), "8 requests of mixed lengths, 2 users", "at most `concurrency` in flight and refilled at once, each request sent once, answers in request order"),
+    ]  # fmt: skip
+
+
 def _timing_cases() -> list[Case]:
     return [
         Case(([0.2, 0.25, 0.3, 0.35], 4), "four one-token chunks", "TTFT is the first token's time, E2E the last's; times are seconds, the metrics milliseconds"),
@@ -255,6 +324,13 @@ CORES: dict[str, Core] = {
         _goodput_reference, _goodput_cases, goodput, "from labs_lib.load import SLO\nfrom labs_lib.timing import RequestRecord"
     ),
     "classify": Core(_classify_reference, _classify_cases, classify),
+    "closed_loop": Core(
+        closed_loop,
+        _closed_loop_cases,
+        closed_loop,
+        "import asyncio\nfrom collections.abc import Awaitable, Callable\nfrom typing import Any",
+        _drive_closed_loop,
+    ),
 }
 
 
@@ -292,9 +368,9 @@ def check(name: str, candidate: Callable) -> Callable:
     core = _core(name)
     cases = core.cases()
     for case in cases:
-        want = core.reference(*case.args)
+        want = core.call(core.reference, case.args)
         try:
-            got = candidate(*case.args)
+            got = core.call(candidate, case.args)
         except NotImplementedError:
             print(f"{name}: not written yet. Write it in the cell above and run both cells; the lab goes on with the library's.")
             return core.reference
@@ -322,10 +398,10 @@ def solution_source(name: str) -> str:
 
 
 def defined_in(source: str) -> str | None:
-    """The core a build-it cell's source defines (its first `def NAME(` among CORES), or None."""
+    """The core a build-it cell's source defines (its first `def NAME(` or `async def NAME(` among CORES), or None."""
     for line in source.splitlines():
-        if line.startswith("def "):
-            name = line[4:].split("(", 1)[0].strip()
+        if line.startswith(("def ", "async def ")):
+            name = line.removeprefix("async ")[4:].split("(", 1)[0].strip()
             if name in CORES:
                 return name
     return None

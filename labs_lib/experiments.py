@@ -12,7 +12,7 @@ import pandas as pd
 from . import naive
 from .endpoints import Endpoint
 from .engines.metrics import delta, scrape, token_counts
-from .load import LoadResult, percentile_ms, run_load
+from .load import ClosedLoop, LoadResult, closed_loop, percentile_ms, run_load
 from .prompts import PromptFactory
 from .sse import split_lines
 from .timing import TIMEOUT_S, TRANSPORT_ERRORS, RequestRecord, RequestSpec, StreamTimer, measure
@@ -204,8 +204,10 @@ async def concurrency_sweep(
     max_tokens: int,
     engine=None,
     progress: bool = True,
+    load_generator: ClosedLoop = closed_loop,
 ) -> tuple[pd.DataFrame, list[LoadResult], pd.DataFrame]:
-    """Closed-loop runs at each concurrency. Returns (summary per level, the runs, token check).
+    """Closed-loop runs at each concurrency, sent by `load_generator` (the participant's, or the library's).
+    Returns (summary per level, the runs, token check).
 
     With `engine` (the Engine serving the endpoint, or its kind), /metrics is scraped around each run and
     the engine's token counters are set beside the harness's counts."""
@@ -220,6 +222,7 @@ async def concurrency_sweep(
             progress=progress,
             desc=f"c={level}",
             settings={"prompt_tokens": prompt_tokens, "max_tokens": max_tokens},
+            load_generator=load_generator,
         )
         runs.append(run)
         if engine and before is not None:
@@ -271,10 +274,12 @@ async def static_vs_continuous(
     max_tokens_range: tuple[int, int],
     seed: int = 0,
     extra: dict | None = None,
+    load_generator: ClosedLoop = closed_loop,
 ) -> pd.DataFrame:
     """The same requests (output lengths drawn uniformly from max_tokens_range), all waiting at time 0, served
     `slots` at a time two ways. Static batching: a batch is sent and the next waits until its longest request is
-    done (what a server without continuous batching does). Continuous: a request starts as soon as any finishes.
+    done (what a server without continuous batching does). Continuous: a request starts as soon as any finishes
+    (sent by `load_generator`).
     Rows per mode: the time to finish them all (s), output tokens/s, and each request's completion time counted
     from time 0 (p50, p99, ms)."""
     lo, hi = max_tokens_range
@@ -284,7 +289,7 @@ async def static_vs_continuous(
     specs = [RequestSpec(p, int(m), ignore_eos=True, extra=extra or {}) for p, m in zip(prompts, lengths, strict=True)]
     rows = []
     start = time.perf_counter()
-    continuous = await run_load(endpoint, specs, concurrency=slots, progress=False)
+    continuous = await run_load(endpoint, specs, concurrency=slots, progress=False, load_generator=load_generator)
     done = [(r.sent_s * 1000 + (r.e2e_ms or 0.0), r.output_tokens or 0) for r in continuous.records if r.ok]
     rows.append(("continuous", time.perf_counter() - start, done, len(continuous.records)))
     start, done = time.perf_counter(), []

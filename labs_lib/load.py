@@ -11,9 +11,10 @@ import asyncio
 import itertools
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -25,6 +26,7 @@ from .timing import TIMEOUT_S, RequestRecord, RequestSpec, ameasure
 
 PERCENTILES = (50, 90, 99)
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2e")
+ClosedLoop = Callable[[Callable[[int], Awaitable], int, int], Awaitable[list]]  # closed_loop's signature
 
 
 def latency_values_ms(records: list[RequestRecord], metric: str) -> list[float]:
@@ -260,6 +262,20 @@ def _progress(total: int, desc: str, enabled: bool):
     return tqdm(total=total, desc=desc, unit="req", disable=not enabled, leave=False)
 
 
+async def closed_loop(send: Callable[[int], Awaitable[Any]], num_requests: int, concurrency: int) -> list[Any]:
+    """Closed-loop load: `concurrency` users, each awaiting send(i) for the next request i (0 … num_requests - 1)
+    the moment its previous answer arrives, until none is left; returns the answers in request order."""
+    answers: list[Any] = [None] * num_requests
+    todo = iter(range(num_requests))  # shared by the users: each takes the next request, none is sent twice
+
+    async def user() -> None:
+        for i in todo:
+            answers[i] = await send(i)
+
+    await asyncio.gather(*(user() for _ in range(min(concurrency, num_requests))))
+    return answers
+
+
 async def run_load(
     endpoint: Endpoint,
     specs: list[RequestSpec],
@@ -273,9 +289,11 @@ async def run_load(
     progress: bool = True,
     desc: str = "requests",
     settings: dict | None = None,
+    load_generator: ClosedLoop = closed_loop,
 ) -> LoadResult:
-    """Send `specs`: at most `concurrency` in flight (closed loop), or arriving at `rate` per second
-    (open loop, optionally also capped by concurrency)."""
+    """Send `specs`: at most `concurrency` in flight (closed loop, sent by `load_generator`: lab 02's
+    participant's own, or the library's closed_loop), or arriving at `rate` per second (open loop, optionally also
+    capped by concurrency)."""
     if not specs:
         raise BadInput("requests", 0, "allowed: at least one request")
     if concurrency is None and rate is None:
@@ -285,36 +303,38 @@ async def run_load(
     if rate is not None:
         rate = positive_number("request rate", rate)
     burstiness = positive_number("burstiness", burstiness)
-    limit = asyncio.Semaphore(concurrency) if concurrency else None
     records: list[RequestRecord | None] = [None] * len(specs)
     bar = _progress(len(specs), desc, progress)
     async with _client(endpoint, concurrency or len(specs), timeout_s) as client:
         start = time.perf_counter()
 
-        async def one(i: int, spec: RequestSpec, scheduled_s: float | None = None) -> None:
-            async def send():
-                rec = await ameasure(client, endpoint, spec, request_id=i, sent_s=time.perf_counter() - start)
-                rec.scheduled_s = scheduled_s
-                records[i] = rec
-
-            if limit:
-                async with limit:
-                    await send()
-            else:
-                await send()
+        async def send(i: int, scheduled_s: float | None = None) -> RequestRecord:
+            rec = await ameasure(client, endpoint, specs[i], request_id=i, sent_s=time.perf_counter() - start)
+            rec.scheduled_s = scheduled_s
+            records[i] = rec
             bar.update(1)
+            return rec
 
         if rate is None:
-            await asyncio.gather(*(one(i, s) for i, s in enumerate(specs)))
+            await load_generator(send, len(specs), concurrency or len(specs))
         else:
+            limit = asyncio.Semaphore(concurrency) if concurrency else None
+
+            async def arrive(i: int, scheduled_s: float) -> None:
+                if limit is None:
+                    await send(i, scheduled_s)
+                    return
+                async with limit:
+                    await send(i, scheduled_s)
+
             rng = np.random.default_rng(seed)
             gaps = rng.gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=len(specs))
             tasks = []
-            for i, (spec, when) in enumerate(zip(specs, np.cumsum(gaps) - gaps[0], strict=True)):
+            for i, when in enumerate(np.cumsum(gaps) - gaps[0]):
                 delay = start + when - time.perf_counter()
                 if delay > 0:
                     await asyncio.sleep(delay)
-                tasks.append(asyncio.create_task(one(i, spec, float(when))))
+                tasks.append(asyncio.create_task(arrive(i, float(when))))
             await asyncio.gather(*tasks)
         duration = time.perf_counter() - start
     bar.close()
@@ -342,7 +362,6 @@ async def run_conversations(
     if not conversations or not all(conversations):
         raise BadInput("conversations", len(conversations), "allowed: at least one conversation, each with a turn")
     concurrency = positive_int("concurrency", concurrency, maximum=100_000)
-    limit = asyncio.Semaphore(concurrency)
     records: list[RequestRecord] = []
     ids = itertools.count()  # taken at send time: conversations in flight together never share an id
     total = sum(len(c) for c in conversations)
@@ -350,20 +369,19 @@ async def run_conversations(
     async with _client(endpoint, concurrency, timeout_s) as client:
         start = time.perf_counter()
 
-        async def talk(c: int, turns: list[RequestSpec]) -> None:
+        async def talk(c: int) -> None:  # one user: a conversation, turn after turn
             history: tuple[tuple[str, str], ...] = ()
-            async with limit:
-                for t, spec in enumerate(turns):
-                    sent = replace(spec, history=history)
-                    rec = await ameasure(client, endpoint, sent, request_id=next(ids), sent_s=time.perf_counter() - start)
-                    rec.conversation, rec.turn = c, t
-                    records.append(rec)
-                    bar.update(1)
-                    if not rec.ok:
-                        return
-                    history = (*history, (str(spec.prompt), rec.text))
+            for t, spec in enumerate(conversations[c]):
+                sent = replace(spec, history=history)
+                rec = await ameasure(client, endpoint, sent, request_id=next(ids), sent_s=time.perf_counter() - start)
+                rec.conversation, rec.turn = c, t
+                records.append(rec)
+                bar.update(1)
+                if not rec.ok:
+                    return
+                history = (*history, (str(spec.prompt), rec.text))
 
-        await asyncio.gather(*(talk(c, turns) for c, turns in enumerate(conversations)))
+        await closed_loop(talk, len(conversations), concurrency)
         duration = time.perf_counter() - start
     bar.close()
     meta = _run_meta(

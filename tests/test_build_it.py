@@ -4,6 +4,7 @@ its check, and what the runner fills in passes that check. (Runs as written and 
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import math
@@ -117,6 +118,32 @@ def _goodput_counts_failures(records, slo, duration_s):
     return sum(r.ttft_ms <= slo.ttft_ms and (r.tpot_ms or 0) <= (slo.tpot_ms or 1e18) for r in records) / duration_s
 
 
+async def _loop_all_at_once(send, num_requests, concurrency):
+    return await asyncio.gather(*(send(i) for i in range(num_requests)))
+
+
+async def _loop_one_at_a_time(send, num_requests, concurrency):
+    return [await send(i) for i in range(num_requests)]
+
+
+async def _loop_in_arrival_order(send, num_requests, concurrency):
+    limit, answers = asyncio.Semaphore(concurrency), []
+
+    async def one(i):
+        async with limit:
+            answers.append(await send(i))
+
+    await asyncio.gather(*(one(i) for i in range(num_requests)))
+    return answers
+
+
+async def _loop_static_batches(send, num_requests, concurrency):
+    answers = []
+    for first in range(0, num_requests, concurrency):
+        answers += await asyncio.gather(*(send(i) for i in range(first, min(first + concurrency, num_requests))))
+    return answers
+
+
 MISTAKES = [  # (core, a wrong function, what the hint must name)
     ("kv_bytes_per_sequence", _kv_query_heads, "not the query heads"),
     ("kv_bytes_per_sequence", _kv_no_window, "sliding layer"),
@@ -136,6 +163,10 @@ MISTAKES = [  # (core, a wrong function, what the hint must name)
     ("on_front", _front_beats_itself, "a trade-off keeps all three"),
     ("classify", _classify_by_text_only, "a 404 about no model"),
     ("classify", _classify_every_404_a_model, "the URL's path is wrong"),
+    ("closed_loop", _loop_all_at_once, "one user sends one request at a time"),
+    ("closed_loop", _loop_one_at_a_time, "the users send at the same time"),
+    ("closed_loop", _loop_in_arrival_order, "whatever order the answers arrive in"),
+    ("closed_loop", _loop_static_batches, "static batching"),
 ]
 
 
@@ -161,6 +192,29 @@ def test_unwritten_and_crashing_cells_are_verdicts_not_tracebacks(capsys):
     assert "raised ZeroDivisionError: division by zero" in out[1]
     with pytest.raises(BadInput, match="'kv_bytes' is not allowed"):
         build_it.check("kv_bytes", unwritten)
+
+
+def test_the_closed_loop_check_takes_any_correct_design_and_refuses_a_plain_def(capsys):
+    """A semaphore over one task per request is a closed loop too (the refill waits a turn of the event loop);
+    a plain `def` that never awaits is a one-line verdict."""
+
+    async def semaphore_per_request(send, num_requests, concurrency):
+        limit = asyncio.Semaphore(concurrency)
+
+        async def one(i):
+            async with limit:
+                return await send(i)
+
+        return await asyncio.gather(*(one(i) for i in range(num_requests)))
+
+    def not_async(send, num_requests, concurrency):
+        return []
+
+    assert build_it.check("closed_loop", semaphore_per_request) is semaphore_per_request
+    assert build_it.check("closed_loop", not_async) is build_it.CORES["closed_loop"].reference
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("closed_loop: agrees with the library on all 5 cases"), out
+    assert "raised TypeError: it returned without awaiting: write it as `async def`" in out[1], out
 
 
 def run_as_a_cell(source: str, namespace: dict) -> None:
@@ -189,7 +243,7 @@ def test_every_core_has_one_skeleton_cell_followed_by_its_check(capsys):
         reference = build_it.CORES[name].reference
         case = build_it.CORES[name].cases()[0]
         with pytest.raises(NotImplementedError):
-            namespace[name](*case.args)
+            build_it.CORES[name].call(namespace[name], case.args)
         # run as written, its check says so in one line and the lab goes on with the library's
         assert build_it.check(name, namespace[name]) is reference
         assert capsys.readouterr().out.startswith(f"{name}: not written yet."), lab

@@ -89,10 +89,26 @@ def refuse_secrets(params: dict[str, object]) -> None:
 
 
 def declared_parameters(path: Path) -> dict[str, dict]:
-    """Names (and papermill's view of type and default) in a notebook's parameters cell."""
-    import papermill
-
-    return papermill.inspect_notebook(str(path))
+    """Names and default source text in a notebook's parameters cell (the code cell tagged `parameters`), as
+    papermill.inspect_notebook reads them, without importing papermill (a second of imports before a bad value can
+    be refused)."""
+    cells = json.loads(path.read_text())["cells"]
+    cell = next((c for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])), None)
+    if cell is None:
+        return {}
+    source = "".join(cell["source"])
+    declared: dict[str, dict] = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        else:
+            continue
+        for target in targets:
+            if isinstance(target, ast.Name):
+                declared[target.id] = {"name": target.id, "default": ast.get_source_segment(source, value)}
+    return declared
 
 
 def check_parameters(notebook: Path, declared: dict[str, dict], given: dict[str, object]) -> None:
@@ -211,8 +227,6 @@ def run_series(
 ) -> list[NotebookResult]:
     """Execute `notebooks` in order. Each gets the parameters it declares; all get quick/interactive/engine. With
     `fill_in`, each build-it cell holds the library's reference (build_it.fill_in); else it runs as written."""
-    import papermill
-
     params = dict(params or {})
     refuse_secrets(params)
     engine = engine_name(engine)
@@ -234,6 +248,8 @@ def run_series(
             latest.unlink()
         latest.symlink_to(out_dir.name)
     out_dir.mkdir(parents=True, exist_ok=True)
+    import papermill  # after every check: a bad value is refused without its second of imports
+
     _kernel_env()
     results = []
     bar = progress_bar(notebooks, desc="labs", unit="notebook", disable=not progress, file=sys.stderr)

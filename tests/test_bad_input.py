@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -95,11 +97,27 @@ CLI_CASES = [
 ]
 
 
-@pytest.mark.parametrize("argv, needles", [c[1:] for c in CLI_CASES], ids=[c[0] for c in CLI_CASES])
-def test_cli(argv, needles, tmp_path):
-    paths = files(tmp_path)
-    argv = [paths[a[1:-1]] if a.startswith("{") and a[1:-1] in paths else a for a in argv]
-    done = run_cli(*argv, timeout=120)
+@pytest.fixture(scope="module")
+def cli_answers(request, tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
+    """The selected CLI cases, run four at a time (each is a fresh interpreter, most of its second spent importing:
+    one after another they were the fast tier's largest share). Each case gets a folder of its own files."""
+    selected = {item.callspec.id for item in request.session.items if getattr(item, "originalname", "") == "test_cli"}
+
+    cases = [c for c in CLI_CASES if c[0] in selected]
+    folders = {c[0]: tmp_path_factory.mktemp("cli") for c in cases}  # here, not in the threads: mktemp is not thread-safe
+
+    def answer(case: tuple) -> subprocess.CompletedProcess:
+        paths = files(folders[case[0]])
+        argv = [paths[a[1:-1]] if a.startswith("{") and a[1:-1] in paths else a for a in case[1]]
+        return run_cli(*argv, timeout=120)
+
+    with ThreadPoolExecutor(4) as pool:
+        return dict(zip([c[0] for c in cases], pool.map(answer, cases), strict=True))
+
+
+@pytest.mark.parametrize("case_id, needles", [(c[0], c[2]) for c in CLI_CASES], ids=[c[0] for c in CLI_CASES])
+def test_cli(case_id, needles, cli_answers):
+    done = cli_answers[case_id]
     assert_one_line_error(done, *needles)
     assert KEY not in done.stderr + done.stdout
 

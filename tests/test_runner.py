@@ -1,5 +1,6 @@
 """The headless runner's parsing and refusals (notebook execution itself: test_notebooks.py)."""
 
+import ast
 import os
 
 import pytest
@@ -15,6 +16,18 @@ def test_discover_orders_and_filters():
     assert runner.discover("1")[0].name.startswith("01_")
     with pytest.raises(BadInput, match="99"):
         runner.discover("01,99")
+
+
+def test_the_parameters_read_without_papermill_are_papermills():
+    """declared_parameters reads each lab's parameters cell itself (the runner imports papermill only after every
+    check): the same names, in the same order, with the same values as papermill.inspect_notebook."""
+    import papermill
+
+    for notebook in runner.discover():
+        theirs, ours = papermill.inspect_notebook(str(notebook)), runner.declared_parameters(notebook)
+        assert list(ours) == list(theirs) and ours, notebook.name
+        for name, info in theirs.items():
+            assert ast.literal_eval(ours[name]["default"]) == ast.literal_eval(str(info["default"])), (notebook.name, name)
 
 
 @pytest.mark.parametrize(

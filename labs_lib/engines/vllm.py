@@ -108,11 +108,14 @@ print(json.dumps({
 """
 
 
-@cache
 def find_vllm() -> VLLMInstall | None:
     """The vLLM to run, found explicitly (never whatever is first on PATH): $LABS_VLLM_PYTHON when set (and
     nothing else), else the project's .venv-vllm (make setup-vllm), else this interpreter when it has vLLM."""
-    chosen = os.environ.get("LABS_VLLM_PYTHON", "").strip()
+    return _find_vllm(os.environ.get("LABS_VLLM_PYTHON", "").strip())
+
+
+@cache  # per $LABS_VLLM_PYTHON: setting it later in the same process (a notebook's os.environ) is honoured
+def _find_vllm(chosen: str) -> VLLMInstall | None:
     candidates = [chosen] if chosen else [str(VLLM_VENV / "bin" / "python"), sys.executable]
     for python in dict.fromkeys(c for c in candidates if c):
         if not Path(python).exists():

@@ -21,12 +21,13 @@ from typing import Any
 import numpy as np
 
 from .doctor.rules import diagnose
-from .errors import BadInput
+from .errors import BadInput, EngineError
 from .kv_math import GIB, kv_cache, plan_capacity
 from .load import SLO, closed_loop, summarize
 from .models import ModelSpec, load_model
 from .paths import DATA_DIR
 from .quality import Scores, kl_lower_bound
+from .sweep import sweep_loop
 from .sweep_views import on_front
 from .timing import RequestRecord, metrics_from_times
 
@@ -180,6 +181,22 @@ def _goodput_cases() -> list[Case]:
 PROBE_LIMIT_S = 60.0  # the probe's requests take a few hundred event-loop turns: milliseconds, even on a busy machine
 
 
+def _run_apart(drive: Callable[[], Any]) -> Any:
+    """Run the coroutine drive() makes on an event loop of its own, in a thread (a notebook's loop is running)."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, drive()).result()
+
+
+async def _awaited(running: Any, what: str) -> Any:
+    """Await what the participant's async function returned, within PROBE_LIMIT_S; a plain function is a verdict."""
+    if not inspect.isawaitable(running):
+        raise TypeError(f"it returned without awaiting: write it as `async def` and `await {what}`")
+    try:
+        return await asyncio.wait_for(running, PROBE_LIMIT_S)
+    except TimeoutError:
+        raise TimeoutError(f"not done after {PROBE_LIMIT_S:.0f} s: does it wait for something that never comes?") from None
+
+
 def _drive_closed_loop(load_generator: Callable, args: tuple) -> str:
     """Run a closed_loop over a probe send whose request i takes durations[i] event-loop turns (args: durations,
     concurrency), on an event loop of its own (a notebook's is already running). Returns what the probe saw: the
@@ -206,21 +223,13 @@ def _drive_closed_loop(load_generator: Callable, args: tuple) -> str:
             await asyncio.sleep(0)
 
     async def drive() -> Any:
-        running = load_generator(send, len(durations), concurrency)
-        if not inspect.isawaitable(running):
-            raise TypeError("it returned without awaiting: write it as `async def` and `await send(i)`")
         ticking = asyncio.create_task(clock())
         try:
-            return await asyncio.wait_for(running, PROBE_LIMIT_S)
-        except TimeoutError:
-            raise TimeoutError(
-                f"not done after {PROBE_LIMIT_S:.0f} s: does a user wait for something that never comes?"
-            ) from None
+            return await _awaited(load_generator(send, len(durations), concurrency), "send(i)")
         finally:
             ticking.cancel()
 
-    with ThreadPoolExecutor(1) as pool:
-        answers = pool.submit(asyncio.run, drive()).result()
+    answers = _run_apart(drive)
     in_order = isinstance(answers, (list, tuple)) and list(answers) == [f"answer {i}" for i in range(len(durations))]
     busy = seen["idle_slot_turns"] <= 4 * len(durations)
     return (
@@ -236,6 +245,69 @@ def _closed_loop_cases() -> list[Case]:
         Case(((30, 20, 10, 5), 4), "4 requests answered in reverse order", "answers[i] is request i's answer, whatever order the answers arrive in"),
         Case(((200, 5, 5, 5, 5, 5, 5, 5, 5, 5), 4), "one long request among nine short ones, 4 users", "a user sends its next request the moment its answer arrives; waiting for a whole batch (static batching) leaves the engine idle behind the long one"),
         Case(((6, 9, 4, 7, 5, 8, 3, 6), 2), "8 requests of mixed lengths, 2 users", "at most `concurrency` in flight and refilled at once, each request sent once, answers in request order"),
+    ]  # fmt: skip
+
+
+class _Interrupted(BaseException):
+    """Kernel -> Interrupt in the sweep-loop probe: a BaseException as KeyboardInterrupt is (`except Exception` does
+    not catch it), but one asyncio hands back like any other rather than stopping its event loop with it."""
+
+
+class _ProbeEngine:
+    """What the sweep-loop probe's start returns: an engine that is running until stopped."""
+
+    def __init__(self, config: str) -> None:
+        self.config, self.running = config, True
+
+
+def _drive_sweep_loop(loop: Callable, args: tuple) -> str:
+    """Run a sweep_loop over probe callbacks (args: the configurations, those that do not start, the one whose
+    measurement is interrupted) and return what happened, in order: each start, measurement and stop, a start that
+    raised, an engine started while another still ran, an engine left running, an interrupt that got out."""
+    configs, refused, interrupted = args
+    events: list[str] = []
+    engines: list[_ProbeEngine] = []
+
+    def start(config: str) -> _ProbeEngine:
+        if config in refused:
+            events.append(f"start {config}: refused")
+            raise EngineError(f"{config} did not start")
+        events.append(f"start {config}" + "".join(f" (while {e.config} runs)" for e in engines if e.running))
+        engines.append(_ProbeEngine(config))
+        return engines[-1]
+
+    async def measure(config: str, engine: _ProbeEngine | None, error: str | None) -> None:
+        events.append(f"measure {config}" if error is None else f"record {config} as failed ({error})")
+        await asyncio.sleep(0)
+        if config == interrupted:
+            raise _Interrupted
+
+    def stop(config: str, engine: _ProbeEngine | None) -> None:
+        if not isinstance(engine, _ProbeEngine):
+            events.append(f"stop {config}: {engine!r} is no engine")
+            return
+        events.append(f"stop {config}")
+        engine.running = False
+
+    async def drive() -> None:
+        try:
+            await _awaited(loop(list(configs), start, measure, stop), "measure(config, engine, error)")
+        except EngineError as exc:
+            events.append(f"the sweep ended: {exc}")
+        except _Interrupted:
+            events.append("interrupted")
+
+    _run_apart(drive)
+    events += [f"{e.config} left running" for e in engines if e.running]
+    return "; ".join(events) or "nothing"
+
+
+def _sweep_loop_cases() -> list[Case]:
+    return [
+        Case((("A", "B"), (), None), "two configurations", "one engine at a time: start, measure, stop, then the next configuration (two engines at once share the device)"),
+        Case((("A", "B", "C"), ("B",), None), "B's engine does not start", "an engine that does not start is a failed row, measure(config, None, reason), then the next configuration; it has nothing to stop"),
+        Case((("A", "B"), (), "A"), "Kernel -> Interrupt while A is measured", "always stop: an interrupted (or failed) measurement still stops its engine (try/finally), and the interrupt is not swallowed"),
+        Case(((), (), None), "no configuration left (a resumed sweep that is done)", "nothing to start"),
     ]  # fmt: skip
 
 
@@ -330,6 +402,13 @@ CORES: dict[str, Core] = {
         closed_loop,
         "import asyncio\nfrom collections.abc import Awaitable, Callable\nfrom typing import Any",
         _drive_closed_loop,
+    ),
+    "sweep_loop": Core(
+        sweep_loop,
+        _sweep_loop_cases,
+        sweep_loop,
+        "from collections.abc import Callable\n\nfrom labs_lib.errors import LabsError",
+        _drive_sweep_loop,
     ),
 }
 

@@ -27,6 +27,7 @@ import json
 import os
 import time
 import warnings
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -36,7 +37,16 @@ import yaml
 from .endpoints import endpoint_for
 from .engines import KINDS, Engine, EngineConfig, engine_class, make_engine
 from .engines.metrics import delta, scrape
-from .errors import BadInput, LabsError, ResultsNotSaved, positive_int, positive_number, read_user_file, writable_path
+from .errors import (
+    BadInput,
+    EngineError,
+    LabsError,
+    ResultsNotSaved,
+    positive_int,
+    positive_number,
+    read_user_file,
+    writable_path,
+)
 from .gpu import read_gpus
 from .load import SLO, run_conversations, run_load, summarize, warm_up
 from .paths import DATA_DIR
@@ -413,6 +423,9 @@ class KeptEngine:
         self.close()
         return None
 
+    def holds_engine(self, engine: Engine) -> bool:
+        return self._held is not None and self._held[2] is engine
+
     def hold(self, kind: str, config: EngineConfig, engine: Engine) -> bool:
         """Keep `engine` for the next sweep (any engine held before is stopped); True."""
         self.close()
@@ -476,6 +489,26 @@ async def _point_row(
     return row
 
 
+async def sweep_loop(configs: list, start: Callable, measure: Callable, stop: Callable) -> None:
+    """A sweep's loop, one engine at a time: for each configuration, `engine = start(config)`, then `await
+    measure(config, engine, None)`, then `stop(config, engine)` — always, also when the measurement fails or is
+    interrupted. An engine that does not start (start raises LabsError) has nothing to stop: its configuration is
+    measured as failed, `await measure(config, None, reason)`, and the loop goes on."""
+    for config in configs:
+        try:
+            engine = start(config)
+        except LabsError as exc:
+            await measure(config, None, str(exc))
+            continue
+        try:
+            await measure(config, engine, None)
+        finally:
+            stop(config, engine)
+
+
+SweepLoop = Callable[[list, Callable, Callable, Callable], Awaitable[None]]  # sweep_loop's signature
+
+
 async def run_sweep(
     grid: Grid,
     out_path: str | Path,
@@ -485,8 +518,10 @@ async def run_sweep(
     start_timeout_s: float | None = None,
     progress: bool = True,
     keep: KeptEngine | None = None,
+    loop: SweepLoop = sweep_loop,
 ) -> pd.DataFrame:
-    """Run every point not already in out_path; returns all results as a DataFrame.
+    """Run every point not already in out_path, one engine per configuration, through `loop` (lab 03's
+    participant's own, or the library's sweep_loop); returns all results as a DataFrame.
 
     With `keep`, an engine kept running by the previous sweep serves this grid's points of the same configuration
     (as one engine serves all the workloads of one configuration), and this sweep's last engine is kept for the
@@ -500,34 +535,49 @@ async def run_sweep(
     by_config: dict[str, list[Point]] = {}
     for p in points:
         by_config.setdefault(json.dumps(p.config, sort_keys=True, default=str), []).append(p)
-    groups = [(EngineConfig(**pending[0].config), pending) for pending in by_config.values()]
+    groups = [(EngineConfig(**group[0].config), group) for group in by_config.values()]
     if keep is not None:  # the configuration of the engine kept running goes first; it is handed on after the last
         groups.sort(key=lambda group: not keep.holds(grid.engine, group[0]))
-    try:  # the bar ends before any error is printed, so the error is a line of its own
-        for i, (config, pending) in enumerate(groups):
-            engine = keep.take(grid.engine, config) if keep is not None else None
-            reused, start_error = engine is not None, None
-            if engine is None:
-                engine = make_engine(grid.engine, config)
-                try:
-                    engine.start(**({"timeout_s": start_timeout_s} if start_timeout_s else {}))
-                except (LabsError, OSError) as exc:
-                    start_error = str(exc)
-            handed_on = False
+    configs = [config for config, _ in groups]
+    made: dict[int, tuple[Engine, bool]] = {}  # by position in configs: its engine, and whether it was kept running
+
+    def at(config: EngineConfig) -> int:  # the loop hands back the very objects it was given
+        return next(i for i, c in enumerate(configs) if c is config)
+
+    def start(config: EngineConfig) -> Engine:
+        kept = keep.take(grid.engine, config) if keep is not None else None
+        engine = kept or make_engine(grid.engine, config)
+        made[at(config)] = (engine, kept is not None)
+        if kept is None:
             try:
-                for point in pending:
-                    t0 = time.perf_counter()
-                    row = await _point_row(engine, grid, point, start_error, reused, slo, point_timeout_s)
-                    row["wall_s"] = round(time.perf_counter() - t0, 3)
-                    append_row(out_path, row)
-                    bar.update(1)
-                if keep is not None and i == len(groups) - 1 and start_error is None and engine.is_running():
-                    handed_on = keep.hold(grid.engine, config, engine)
-            finally:
-                if not handed_on:
-                    engine.stop()
+                engine.start(**({"timeout_s": start_timeout_s} if start_timeout_s else {}))
+            except (LabsError, OSError) as exc:
+                engine.stop()  # a half-started server leaves nothing behind
+                raise EngineError(str(exc)) from exc
+        return engine
+
+    async def measure(config: EngineConfig, engine: Engine | None, start_error: str | None) -> None:
+        engine_or_log, reused = made[at(config)]  # a failed start's engine still has its log
+        for point in groups[at(config)][1]:
+            t0 = time.perf_counter()
+            row = await _point_row(engine_or_log, grid, point, start_error, reused, slo, point_timeout_s)
+            row["wall_s"] = round(time.perf_counter() - t0, 3)
+            append_row(out_path, row)
+            bar.update(1)
+
+    def stop(config: EngineConfig, engine: Engine) -> None:
+        if keep is not None and config is configs[-1] and engine.is_running():
+            keep.hold(grid.engine, config, engine)
+        else:
+            engine.stop()
+
+    try:  # the bar ends before any error is printed, so the error is a line of its own
+        await loop(configs, start, measure, stop)
     finally:
         bar.close()
+        for engine, _ in made.values():  # whatever the loop left running (a loop that forgot to stop one)
+            if engine.is_running() and not (keep is not None and keep.holds_engine(engine)):
+                engine.stop()
     return load_results(out_path)
 
 

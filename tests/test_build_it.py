@@ -14,7 +14,7 @@ import pytest
 from conftest import REPO
 
 from labs_lib import build_it
-from labs_lib.errors import BadInput
+from labs_lib.errors import BadInput, LabsError
 
 
 @pytest.mark.parametrize("name", sorted(build_it.CORES))
@@ -144,6 +144,52 @@ async def _loop_static_batches(send, num_requests, concurrency):
     return answers
 
 
+async def _sweep_without_finally(configs, start, measure, stop):
+    for config in configs:
+        try:
+            engine = start(config)
+        except LabsError as exc:
+            await measure(config, None, str(exc))
+            continue
+        await measure(config, engine, None)
+        stop(config, engine)
+
+
+async def _sweep_ends_at_a_failed_start(configs, start, measure, stop):
+    for config in configs:
+        engine = start(config)
+        try:
+            await measure(config, engine, None)
+        finally:
+            stop(config, engine)
+
+
+async def _sweep_starts_every_engine_first(configs, start, measure, stop):
+    started = []
+    for config in configs:
+        try:
+            started.append((config, start(config)))
+        except LabsError as exc:
+            await measure(config, None, str(exc))
+    for config, engine in started:
+        try:
+            await measure(config, engine, None)
+        finally:
+            stop(config, engine)
+
+
+async def _sweep_stops_what_never_started(configs, start, measure, stop):
+    for config in configs:
+        engine = None
+        try:
+            engine = start(config)
+            await measure(config, engine, None)
+        except LabsError as exc:
+            await measure(config, None, str(exc))
+        finally:
+            stop(config, engine)
+
+
 MISTAKES = [  # (core, a wrong function, what the hint must name)
     ("kv_bytes_per_sequence", _kv_query_heads, "not the query heads"),
     ("kv_bytes_per_sequence", _kv_no_window, "sliding layer"),
@@ -167,6 +213,10 @@ MISTAKES = [  # (core, a wrong function, what the hint must name)
     ("closed_loop", _loop_one_at_a_time, "the users send at the same time"),
     ("closed_loop", _loop_in_arrival_order, "whatever order the answers arrive in"),
     ("closed_loop", _loop_static_batches, "static batching"),
+    ("sweep_loop", _sweep_without_finally, "(try/finally)"),
+    ("sweep_loop", _sweep_ends_at_a_failed_start, "then the next configuration"),
+    ("sweep_loop", _sweep_starts_every_engine_first, "one engine at a time"),
+    ("sweep_loop", _sweep_stops_what_never_started, "it has nothing to stop"),
 ]
 
 

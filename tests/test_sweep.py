@@ -172,6 +172,24 @@ def test_a_configuration_that_cannot_start_becomes_rows_and_the_sweep_goes_on(tm
 
 
 @pytest.mark.engine
+def test_a_participants_loop_runs_the_sweep_and_what_it_forgets_to_stop_is_stopped(tmp_path):
+    """Lab 03 hands its participant's sweep_loop to run_sweep: a loop that forgets stop() still runs every point,
+    and run_sweep stops the engines it left running before it returns."""
+    seen = []
+
+    async def forgets_to_stop(configs, start, measure, stop):
+        for config in configs:
+            engine = start(config)
+            seen.append(engine)
+            await measure(config, engine, None)
+
+    grid = load_grid({**TINY, "axes": {"parallel": [1, 2]}})
+    df = run_blocking(run_sweep(grid, tmp_path / "loop.jsonl", progress=False, loop=forgets_to_stop))
+    assert (df["status"] == "ok").all() and len(df) == 4 and len(seen) == 2
+    assert not any(engine.is_running() for engine in seen), "run_sweep stops what the loop left running"
+
+
+@pytest.mark.engine
 def test_a_point_that_times_out_is_a_row(tmp_path):
     grid = load_grid(
         {**TINY, "workloads": [{"name": "long", "concurrency": [1], "requests": 1, "prompt_tokens": 16, "max_tokens": 400}]}

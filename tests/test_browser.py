@@ -3,7 +3,8 @@ Lab 01 is opened and run whole with interactive=True; every control of its explo
 each move the figure must change and the readouts must equal the library's numbers for the values the
 page shows. Labs 02, 03 and 04 are run whole (quick sizes, the embedded engine) and their explorers'
 controls moved; each readout must equal what the test computes from the results the run wrote (lab 02's
-request records, lab 03's sweeps, lab 04's comparison). These are labs 02-04's runs on the embedded engine: the
+request records, lab 03's sweeps, lab 04's comparison). Lab 03 is interrupted once mid-sweep (Kernel -> Interrupt) and
+run on from that cell: no engine outlives the interrupt and the sweep resumes. These are labs 02-04's runs on the embedded engine: the
 headless runner runs them too only where no browser can (tests/test_notebooks.py). No cell may show an error. Screenshots of each state go to runs/browser/. Afterwards JupyterLab, its kernels and the
 engines they started are gone.
 
@@ -31,7 +32,8 @@ import pytest
 from conftest import CHROMIUM, HOW_TO_GET_A_BROWSER, REPO, TAG_VARIABLE, browser_missing, tagged_pids, wait_for, wait_until_gone
 
 from labs_lib.engines import free_port, guard
-from labs_lib.paths import runs_dir
+from labs_lib.paths import DATA_DIR, runs_dir
+from labs_lib.sweep import load_grid, read_rows
 from labs_lib.widgets import explorer_state
 
 pytestmark = pytest.mark.browser
@@ -139,8 +141,9 @@ def _agrees_with_the_library(shown: dict) -> None:
     assert ("does not fit" in text) == (not s.fits), (text, s)
 
 
-def run_all(page, base: str, token: str, notebook: str, ready: str, limit_s: float = LOAD_S) -> None:
-    """Open a notebook, wait for its kernel, Run All as the menu does, wait for `ready` and an idle kernel."""
+def run_all(page, base: str, token: str, notebook: str, ready: str, limit_s: float = LOAD_S, during=None) -> None:
+    """Open a notebook, wait for its kernel, Run All as the menu does (then `during(page)`, when given), wait for
+    `ready` and an idle kernel."""
     # a workspace of its own: JupyterLab restores the last workspace, and an earlier notebook would be the current one
     page.goto(f"{base}/lab/workspaces/{Path(notebook).stem}/tree/{notebook}?reset&token={token}")
     page.wait_for_function("window.jupyterapp && document.querySelector('.jp-Notebook')", timeout=LOAD_S * 1000)
@@ -153,7 +156,10 @@ def run_all(page, base: str, token: str, notebook: str, ready: str, limit_s: flo
     )
     current = "window.jupyterapp.shell.currentWidget"
     assert page.evaluate(f"{current}.context.path") == notebook, "Run All would go to another notebook"
-    page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    # `void`: evaluate would otherwise wait for the command's promise, which settles when the last cell has run
+    page.evaluate("void window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    if during is not None:
+        during(page)
     page.wait_for_selector(ready, timeout=limit_s * 1000)
     status = f"{current}.sessionContext.session.kernel.status"
     wait_for(lambda: page.evaluate(status) == "idle", limit_s, "the run", 0.2)
@@ -161,9 +167,9 @@ def run_all(page, base: str, token: str, notebook: str, ready: str, limit_s: flo
 
 
 @contextlib.contextmanager
-def explorer_after_run_all(jupyterlab, notebook: str, css: str, readout: str, limit_s: float = LOAD_S):
-    """Headless Chromium on `notebook`, Run All done (run_all), the explorer `css` scrolled into view: yields
-    (page, explorer locator); afterwards no cell may show an error, and the browser is closed."""
+def explorer_after_run_all(jupyterlab, notebook: str, css: str, readout: str, limit_s: float = LOAD_S, during=None):
+    """Headless Chromium on `notebook`, Run All done (run_all, with `during`), the explorer `css` scrolled into
+    view: yields (page, explorer locator); afterwards no cell may show an error, and the browser is closed."""
     from playwright.sync_api import sync_playwright
 
     base, token, _ = jupyterlab
@@ -172,7 +178,7 @@ def explorer_after_run_all(jupyterlab, notebook: str, css: str, readout: str, li
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"], headless=True)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            run_all(page, base, token, notebook, f"{css} {readout}", limit_s)
+            run_all(page, base, token, notebook, f"{css} {readout}", limit_s, during)
             explorer = page.locator(css)
             explorer.scroll_into_view_if_needed()
             yield page, explorer
@@ -219,19 +225,73 @@ def test_lab01_explorer_in_jupyterlab(jupyterlab):
     assert tagged_pids(tag)  # the server and its kernel are still up here; the fixture stops them and checks
 
 
+ERROR_CELL = """(() => {
+  const nb = window.jupyterapp.shell.currentWidget.content;
+  const outputs = c => c.model.type === 'code' ? Array.from({length: c.model.outputs.length}, (_, k) => c.model.outputs.get(k)) : [];
+  const i = nb.widgets.findIndex(c => outputs(c).some(o => o.type === 'error'));
+  if (i < 0) return null;
+  nb.activeCellIndex = i;
+  return {index: i, ename: outputs(nb.widgets[i]).find(o => o.type === 'error').toJSON().ename};
+})()"""
+
+
+def _engines(tag: str) -> list[int]:
+    """The llama.cpp servers this JupyterLab's kernels started (their launchers), alive."""
+    found = []
+    for pid in tagged_pids(tag):
+        with contextlib.suppress(OSError):
+            if b"llamacpp_launcher" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
+    return found
+
+
+def interrupt_mid_sweep_then_resume(tag: str, results: Path, kept_rows: list):
+    """What `during` does in lab 03: once the batching sweep has saved its first point, Kernel -> Interrupt as the
+    menu does; the run stops at that cell with the interrupt shown, and no engine is left running (the sweep's
+    loop stops its engine in a finally). Then Run All Below from that cell: its sweep resumes (the saved row is
+    kept, `kept_rows` gets it) and the lab runs to its end."""
+    results.unlink(missing_ok=True)
+
+    def during(page) -> None:
+        kept_rows.extend(wait_for(lambda: read_rows(results) if results.exists() else [], 600, "the first saved point", 0.2))
+        page.evaluate("void window.jupyterapp.commands.execute('notebook:interrupt-kernel')")
+        status = "window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status"
+        wait_for(lambda: page.evaluate(ERROR_CELL) and page.evaluate(status) == "idle", 120, "the interrupt shown", 0.2)
+        stopped = page.evaluate(ERROR_CELL)
+        assert stopped["ename"] in ("KeyboardInterrupt", "CancelledError"), stopped
+        assert "batching" in page.locator(".jp-Notebook .jp-Cell").nth(stopped["index"]).text_content(), stopped
+        assert not wait_until_engines_gone(tag), "an engine outlived Kernel -> Interrupt"
+        page.evaluate("void window.jupyterapp.commands.execute('notebook:run-all-below')")
+
+    return during
+
+
+def wait_until_engines_gone(tag: str, timeout_s: float = 60.0) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while (left := _engines(tag)) and time.monotonic() < deadline:  # stop() waits for the group; /proc may lag
+        time.sleep(0.1)
+    return left
+
+
 def test_lab03_sweep_explorer_in_jupyterlab(jupyterlab):
-    """Lab 03 run whole in the browser (quick sizes, the embedded engine), then its sweep explorer: each
-    dropdown redraws, and the readout counts the points the library finds in the sweeps the run wrote."""
+    """Lab 03 run whole in the browser (quick sizes, the embedded engine), interrupted once mid-sweep and run on
+    from that cell (interrupt_mid_sweep_then_resume), then its sweep explorer: each dropdown redraws, and the
+    readout counts the points the library finds in the sweeps the run wrote."""
     import pandas as pd
 
     from labs_lib import sweep_views as views
     from labs_lib.paths import RESULTS_DIR
     from labs_lib.sweep import load_results
 
-    with explorer_after_run_all(jupyterlab, "03_vllm_tuning_sweeps.ipynb", ".sweep-explorer", ".sweep-readout", limit_s=900) as (
-        _page,
-        explorer,
-    ):
+    results, kept_rows = RESULTS_DIR / "lab03" / "batching-llamacpp-quick.jsonl", []
+    during = interrupt_mid_sweep_then_resume(jupyterlab[2], results, kept_rows)
+    with explorer_after_run_all(
+        jupyterlab, "03_vllm_tuning_sweeps.ipynb", ".sweep-explorer", ".sweep-readout", limit_s=900, during=during
+    ) as (_page, explorer):
+        resumed = read_rows(results)
+        assert resumed[: len(kept_rows)] == kept_rows, "the rows saved before the interrupt are kept as they were"
+        ids = [r["point_id"] for r in resumed]
+        assert len(ids) == len(set(ids)) == len(load_grid(DATA_DIR / "grids" / "cpu_batching.yaml", quick=True).points())
         files = sorted((RESULTS_DIR / "lab03").glob("*-llamacpp-quick.jsonl"))
         measured = pd.concat(
             [views.load_table(load_results(f)).assign(experiment=f.name.split("-llamacpp")[0]) for f in files], ignore_index=True

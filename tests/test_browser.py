@@ -141,6 +141,20 @@ def _agrees_with_the_library(shown: dict) -> None:
     assert ("does not fit" in text) == (not s.fits), (text, s)
 
 
+def launch(page, command: str) -> None:
+    """Start a JupyterLab command as its menu item does, without waiting for it (evaluate would wait for its
+    promise: Run All's settles when the last cell has run). window.labsRun.state leaves 'running' when this
+    command's promise settles; a command launched later replaces window.labsRun."""
+    page.evaluate(
+        """command => {
+            const run = {command, state: 'running'};
+            window.labsRun = run;
+            window.jupyterapp.commands.execute(command).then(() => { run.state = 'done'; }, e => { run.state = 'failed: ' + e; });
+        }""",
+        command,
+    )
+
+
 def run_all(page, base: str, token: str, notebook: str, ready: str, limit_s: float = LOAD_S, during=None) -> None:
     """Open a notebook, wait for its kernel, Run All as the menu does (then `during(page)`, when given), wait for
     `ready` and an idle kernel."""
@@ -156,11 +170,11 @@ def run_all(page, base: str, token: str, notebook: str, ready: str, limit_s: flo
     )
     current = "window.jupyterapp.shell.currentWidget"
     assert page.evaluate(f"{current}.context.path") == notebook, "Run All would go to another notebook"
-    # `void`: evaluate would otherwise wait for the command's promise, which settles when the last cell has run
-    page.evaluate("void window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    launch(page, "notebook:run-all-cells")
     if during is not None:
         during(page)
     page.wait_for_selector(ready, timeout=limit_s * 1000)
+    page.wait_for_function("window.labsRun.state !== 'running'", timeout=limit_s * 1000)
     status = f"{current}.sessionContext.session.kernel.status"
     wait_for(lambda: page.evaluate(status) == "idle", limit_s, "the run", 0.2)
     assert page.locator('[data-mime-type="application/vnd.jupyter.error"]').count() == 0, "a cell shows an error"
@@ -254,14 +268,15 @@ def interrupt_mid_sweep_then_resume(tag: str, results: Path, kept_rows: list):
 
     def during(page) -> None:
         kept_rows.extend(wait_for(lambda: read_rows(results) if results.exists() else [], 600, "the first saved point", 0.2))
-        page.evaluate("void window.jupyterapp.commands.execute('notebook:interrupt-kernel')")
+        page.evaluate("window.jupyterapp.commands.execute('notebook:interrupt-kernel')")  # its promise: the request sent
+        page.wait_for_function("window.labsRun.state !== 'running'", timeout=120_000)  # Run All stopped at the error
         status = "window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status"
         wait_for(lambda: page.evaluate(ERROR_CELL) and page.evaluate(status) == "idle", 120, "the interrupt shown", 0.2)
         stopped = page.evaluate(ERROR_CELL)
         assert stopped["ename"] in ("KeyboardInterrupt", "CancelledError"), stopped
         assert "batching" in page.locator(".jp-Notebook .jp-Cell").nth(stopped["index"]).text_content(), stopped
         assert not wait_until_engines_gone(tag), "an engine outlived Kernel -> Interrupt"
-        page.evaluate("void window.jupyterapp.commands.execute('notebook:run-all-below')")
+        launch(page, "notebook:run-all-below")
 
     return during
 

@@ -367,6 +367,34 @@ def test_each_lock_is_hashed_and_agrees_with_pyproject(lock):
     assert not wrong, f"locks/{lock} disagrees with pyproject.toml (run make lock): {wrong}"
 
 
+def _extras_asked(site_packages) -> set[str]:
+    """name[extras] for each dependency an installed distribution asks for with extras (not under its own extras)."""
+    from packaging.markers import default_environment
+    from packaging.requirements import Requirement
+
+    env = {**default_environment(), "extra": ""}
+    asked = set()
+    for meta in site_packages.glob("*.dist-info/METADATA"):
+        for line in re.findall(r"^Requires-Dist: (.+)$", meta.read_text(errors="replace"), re.M):
+            req = Requirement(line)
+            if req.extras and (req.marker is None or req.marker.evaluate(env)):
+                asked.add(re.sub(r"[-_.]+", "-", req.name.lower()) + "[" + ",".join(sorted(req.extras)) + "]")
+    return asked
+
+
+@pytest.mark.parametrize("venv, lock", [(".venv", "labs.txt"), (".venv-vllm", "vllm-cpu-linux-x86_64.txt")])
+def test_every_dependency_asked_with_extras_is_pinned_with_them(venv, lock):
+    """pip's hash-checking mode resolves a dependency asked for with extras on its own unless the lock pins that
+    form too: it takes the newest release and stops the day one newer than the lock's appears (uvicorn 0.55.0 broke
+    make setup-vllm on 2026-12-02). Each extras form the installed environment asks for is pinned in its lock."""
+    site = next((REPO / venv / "lib").glob("python3*/site-packages"), None)
+    if site is None:
+        pytest.skip(f"{venv} is not installed here")
+    pins = _lock_pins(lock)
+    missing = sorted(form for form in _extras_asked(site) if form.split("[")[0] in pins and form not in pins)
+    assert not missing, f"locks/{lock} lacks {missing}: add them to tools/lock.py's EXTRAS_ASKED and run make lock"
+
+
 def test_every_install_path_installs_a_hashed_lock():
     makefile = (REPO / "Makefile").read_text()
     assert "--require-hashes -r locks/labs.txt" in makefile  # make setup, CI

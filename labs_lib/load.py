@@ -8,6 +8,7 @@ Open-loop arrivals follow vLLM's benchmark: gamma-distributed gaps with mean 1/r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import time
@@ -316,14 +317,12 @@ async def run_load(
             return rec
 
         if rate is None:
-            await load_generator(send, len(specs), concurrency or len(specs))
+            assert concurrency is not None  # checked above: a closed loop has a concurrency
+            await load_generator(send, len(specs), concurrency)
         else:
-            limit = asyncio.Semaphore(concurrency) if concurrency else None
+            limit = asyncio.Semaphore(concurrency) if concurrency else contextlib.nullcontext()
 
             async def arrive(i: int, scheduled_s: float) -> None:
-                if limit is None:
-                    await send(i, scheduled_s)
-                    return
                 async with limit:
                     await send(i, scheduled_s)
 

@@ -557,8 +557,9 @@ async def run_sweep(
         return engine
 
     async def measure(config: EngineConfig, engine: Engine | None, start_error: str | None) -> None:
-        engine_or_log, reused = made[at(config)]  # a failed start's engine still has its log
-        for point in groups[at(config)][1]:
+        i = at(config)
+        engine_or_log, reused = made[i]  # a failed start's engine still has its log
+        for point in groups[i][1]:
             t0 = time.perf_counter()
             row = await _point_row(engine_or_log, grid, point, start_error, reused, slo, point_timeout_s)
             row["wall_s"] = round(time.perf_counter() - t0, 3)

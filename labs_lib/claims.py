@@ -156,14 +156,21 @@ def _plan_seed000_card(utilization: float) -> CapacityPlan:
 def _card_row() -> dict:
     c = claim("s000-24gb-card")
     card = _plan_seed000_card(0.9)
+    holds: bool | None
     holds, off = verdict(c["value"], card.max_concurrency)
+    low, high = card.max_concurrency_low or 0, card.max_concurrency_high or 0
+    if low <= c["value"] <= high:  # inside what the planner can honestly claim: no verdict either way
+        holds = None
     return row(
         "s000-24gb-card",
         significant(card.max_concurrency),
         "requests at 2,048 tokens",
         holds,
-        f"vLLM may use 24 x 0.9 = 21.6 GiB; minus 14 GiB weights and ~{_gib(card.overhead_bytes):.0f} GiB activations "
-        f"leaves {card.available_kv_bytes / GIB:.2f} GiB = {card.num_blocks} blocks of 16 tokens (shorter requests fit more: blocks are taken as used)",
+        f"vLLM may use 24 x 0.9 = 21.6 GiB; minus 14 GiB weights and ~{_gib(card.overhead_bytes):.1f} GiB of start-up "
+        f"overhead (activation peak, non-torch memory, CUDA graphs; estimated {_gib(card.overhead_low_bytes or 0):.1f} to "
+        f"{_gib(card.overhead_high_bytes or 0):.1f}) leaves {card.available_kv_bytes / GIB:.2f} GiB = {card.num_blocks} "
+        f"blocks of 16 tokens: {low:.1f} to {high:.1f} requests over the estimate's range (shorter requests fit more: "
+        "blocks are taken as used)",
         off,
     )
 
@@ -263,11 +270,12 @@ def _utilization_rows() -> list[dict]:
             row(
                 cid,
                 f"of {card_claim['gpu_memory_gib']:g} x {utilization:g} = {_gib(split.requested_bytes):.1f}: weights "
-                f"{_gib(split.weight_bytes_per_rank):.0f} + activations ~{_gib(split.overhead_bytes):.0f} + KV pool "
+                f"{_gib(split.weight_bytes_per_rank):.0f} + start-up overhead ~{_gib(split.overhead_bytes):.1f} + KV pool "
                 f"{split.available_kv_bytes / GIB:.1f}",
                 "GiB",
                 False,
-                f"the fraction is vLLM's whole budget: weights, the activation peak it profiles and the KV pool all come out "
+                f"the fraction is vLLM's whole budget: weights, what it profiles at start-up (activation peak, non-torch memory, "
+                f"CUDA graphs) and the KV pool all come out "
                 f"of it; the remaining {rest} is what vLLM leaves to everything else on the card (CUDA contexts of other "
                 "processes, a desktop)",
             )

@@ -21,6 +21,7 @@ from typing import Any
 
 from .errors import BadInput, fraction, positive_int, positive_number
 from .models import ModelSpec, load_model
+from .vllm_memory import startup_overhead
 
 GIB = 1024**3
 MIB = 1024**2
@@ -238,10 +239,6 @@ def _non_negative(what: str, value: object) -> float:
 VLLM_GPU_MEMORY_UTILIZATION = 0.92
 """vLLM's default gpu_memory_utilization since 0.32 (0.9 before): vllm/config/cache.py, CacheConfig."""
 
-DEFAULT_OVERHEAD_GIB = 2.0
-"""Activation peak + non-torch memory + CUDA graphs, which vLLM measures at start-up.
-vllm#10517 logs Llama-3.1-8B on a 24 GB card: 2.07 GiB activations + 0.35 GiB non-torch."""
-
 
 @dataclass(frozen=True)
 class CapacityPlan:
@@ -265,8 +262,14 @@ class CapacityPlan:
     requested_bytes: int | None = None  # memory vLLM may use = total x utilization
     weight_dtype: str | None = None
     weight_bytes_per_rank: int | None = None
-    overhead_bytes: int | None = None  # stated estimate of activations + non-torch + graphs
+    overhead_bytes: int | None = None  # non-torch + activation peak + CUDA graphs: the central estimate, or as given
+    overhead_low_bytes: int | None = None  # the estimate's ends (vllm_memory.startup_overhead); equal when given
+    overhead_high_bytes: int | None = None
+    overhead_parts: dict | None = None  # vllm_memory.StartupOverhead.to_dict(), when estimated
+    max_concurrency_low: float | None = None  # at the high overhead
+    max_concurrency_high: float | None = None  # at the low overhead
     max_num_batched_tokens: int | None = None  # the step budget assumed (vLLM's default for the card unless given)
+    max_num_seqs: int | None = None  # likewise; it sizes the dummy sampler run
     problem: str | None = None
 
     def to_dict(self) -> dict:
@@ -307,15 +310,19 @@ def plan_capacity(
     gpu_memory_utilization: float = VLLM_GPU_MEMORY_UTILIZATION,
     weight_dtype: str | DType = "bf16",
     weight_gib: float | None = None,
-    overhead_gib: float = DEFAULT_OVERHEAD_GIB,
+    overhead_gib: float | None = None,
     max_num_batched_tokens: int | None = None,
+    max_num_seqs: int | None = None,
+    cuda_graphs: bool = True,
 ) -> CapacityPlan:
     """Blocks, KV tokens and maximum concurrency as vLLM computes them.
 
-    Give the KV pool directly (available_kv_gib), or a GPU (catalogue name, or its memory
-    in GiB) with gpu_memory_utilization: pool = total x utilization - weights/tp - overhead.
-    max_num_batched_tokens (it sizes a sliding-window layer's blocks): None takes vLLM's default for the card
-    (vllm_batch_defaults; 2,048 when no card is given).
+    Give the KV pool directly (available_kv_gib), or a GPU (catalogue name, or its memory in GiB) with
+    gpu_memory_utilization: pool = total x utilization - weights/tp - overhead. The overhead (non-torch memory,
+    activation peak, CUDA graphs; cuda_graphs=False for --enforce-eager) is estimated part by part with its low
+    and high ends (vllm_memory.startup_overhead) unless overhead_gib gives it. max_num_batched_tokens and
+    max_num_seqs (the profile run's sizes; the first also sizes a sliding-window layer's blocks): None takes vLLM's
+    defaults for the card (vllm_batch_defaults; 2,048 and 256 when no card is given).
     """
     spec = load_model(model)
     max_model_len = positive_int("max_model_len", max_model_len, maximum=10_000_000)
@@ -323,19 +330,24 @@ def plan_capacity(
     tp = check_tp(spec, tp)
     dt = dtype(kv_dtype)
     page_bytes = block_size * kv_bytes_per_token_per_layer(spec, dt, tp)
-    if available_kv_gib is not None:
-        available, extra = int(positive_number("available_kv_gib", available_kv_gib) * GIB), dict[str, Any]()
+    card = _card(gpu, gpu_memory_gib) if available_kv_gib is None else None
+    defaults = vllm_batch_defaults(card[1] if card else 0, card[0] if card else "")
+    given = {"max_num_batched_tokens": max_num_batched_tokens, "max_num_seqs": max_num_seqs}
+    tokens, seqs = (positive_int(k, defaults[k] if v is None else v, maximum=10_000_000) for k, v in given.items())
+    extra: dict[str, Any] = {"max_num_batched_tokens": tokens, "max_num_seqs": seqs}
+    if card is None:
+        available = int(positive_number("available_kv_gib", available_kv_gib) * GIB)
+        ends = (available, available)
     else:
-        available, extra = _kv_pool_on_card(
-            spec, tp, gpu, gpu_memory_gib, gpu_memory_utilization, weight_dtype, weight_gib, overhead_gib
+        available, ends = _card_pool(
+            spec, tp, card, gpu_memory_utilization, weight_dtype, weight_gib, overhead_gib, cuda_graphs, extra
         )
-    if max_num_batched_tokens is None:  # vLLM's default for the card; with no card given, its small-card 2,048
-        max_num_batched_tokens = vllm_batch_defaults(extra.get("gpu_memory_bytes", 0), str(extra.get("gpu", "")))[
-            "max_num_batched_tokens"
-        ]
-    max_num_batched_tokens = positive_int("max_num_batched_tokens", max_num_batched_tokens, maximum=10_000_000)
-    num_blocks, blocks_per_request = _blocks(spec, page_bytes, available, max_model_len, block_size, max_num_batched_tokens)
+    num_blocks, blocks_per_request = _blocks(spec, page_bytes, available, max_model_len, block_size, tokens)
     max_concurrency = num_blocks / blocks_per_request
+    if card is not None:
+        extra["max_concurrency_low"], extra["max_concurrency_high"] = (
+            round(_blocks(spec, page_bytes, pool, max_model_len, block_size, tokens)[0] / blocks_per_request, 4) for pool in ends
+        )
     fits = max_concurrency >= 1
     if not fits and "problem" not in extra:
         need = blocks_per_request * page_bytes * spec.num_layers
@@ -356,56 +368,84 @@ def plan_capacity(
         blocks_per_request=blocks_per_request,
         max_concurrency=round(max_concurrency, 4),
         fits_one_request=fits,
-        max_num_batched_tokens=max_num_batched_tokens,
         **extra,
     )
 
 
-def _kv_pool_on_card(
+def _card_pool(
     spec: ModelSpec,
     tp: int,
-    gpu: str | None,
-    gpu_memory_gib: float | None,
+    card: tuple[str, int],
     gpu_memory_utilization: float,
     weight_dtype: str | DType,
     weight_gib: float | None,
-    overhead_gib: float,
-) -> tuple[int, dict]:
-    """(KV pool bytes per rank, the plan's card fields): total x utilization - weights/tp - overhead."""
+    overhead_gib: float | None,
+    cuda_graphs: bool,
+    extra: dict,
+) -> tuple[int, tuple[int, int]]:
+    """(the KV pool per rank at the central overhead, the pools at the high and the low overhead): total x utilization
+    - weights/tp - overhead. The plan's card and overhead fields go into `extra` (which holds the step budgets)."""
+    requested, weights = _requested_and_weights(spec, tp, card, gpu_memory_utilization, weight_dtype, weight_gib, extra)
+    if overhead_gib is not None:
+        overhead = low = high = int(_non_negative("overhead_gib", overhead_gib) * GIB)
+    else:
+        estimate = startup_overhead(
+            spec,
+            tp=tp,
+            max_num_batched_tokens=extra["max_num_batched_tokens"],
+            max_num_seqs=extra["max_num_seqs"],
+            cuda_graphs=cuda_graphs,
+        )
+        overhead, low, high = estimate.central_bytes, estimate.low_bytes, estimate.high_bytes
+        extra["overhead_parts"] = estimate.to_dict()
+    available = max(0, requested - weights - overhead)
+    extra.update(overhead_bytes=overhead, overhead_low_bytes=low, overhead_high_bytes=high)
+    if available == 0:
+        extra["problem"] = (
+            f"weights ({weights / GIB:.2f} GiB per rank) + overhead ({overhead / GIB:.2f} GiB) "
+            f"exceed what vLLM may use ({requested / GIB:.2f} GiB): no room for KV blocks"
+        )
+    return available, (max(0, requested - weights - high), max(0, requested - weights - low))
+
+
+def _card(gpu: str | None, gpu_memory_gib: float | None) -> tuple[str, int]:
+    """(the card's name, or "given"; its memory in bytes)."""
     from .catalogs import gpu_spec
 
-    extra: dict = {}
     if gpu is not None:
-        card = gpu_spec(gpu)
-        extra["gpu"], total_gib = card["name"], card["memory_gib"]
-    elif gpu_memory_gib is not None:
-        extra["gpu"], total_gib = "given", positive_number("gpu_memory_gib", gpu_memory_gib)
-    else:
-        raise BadInput("capacity", "no memory given", "allowed: --available-kv-gib X, or --gpu NAME")
+        spec = gpu_spec(gpu)
+        return spec["name"], int(spec["memory_gib"] * GIB)
+    if gpu_memory_gib is not None:
+        return "given", int(positive_number("gpu_memory_gib", gpu_memory_gib) * GIB)
+    raise BadInput("capacity", "no memory given", "allowed: --available-kv-gib X, or --gpu NAME")
+
+
+def _requested_and_weights(
+    spec: ModelSpec,
+    tp: int,
+    card: tuple[str, int],
+    gpu_memory_utilization: float,
+    weight_dtype: str | DType,
+    weight_gib: float | None,
+    extra: dict,
+) -> tuple[int, int]:
+    """(what vLLM may use = total x utilization, the weights per rank); the plan's card fields go into `extra`."""
     util = fraction("gpu_memory_utilization", gpu_memory_utilization)
-    total = int(total_gib * GIB)
-    requested = math.ceil(total * util)
+    requested = math.ceil(card[1] * util)
     if weight_gib is not None:
         weights = int(positive_number("weight_gib", weight_gib) * GIB) // tp
         extra["weight_dtype"] = "given"
     else:
         weights = weight_bytes(spec, weight_dtype) // tp
         extra["weight_dtype"] = dtype(weight_dtype).name
-    overhead = int(_non_negative("overhead_gib", overhead_gib) * GIB)
-    available = max(0, requested - weights - overhead)
     extra.update(
-        gpu_memory_bytes=total,
+        gpu=card[0],
+        gpu_memory_bytes=card[1],
         gpu_memory_utilization=util,
         requested_bytes=requested,
         weight_bytes_per_rank=weights,
-        overhead_bytes=overhead,
     )
-    if available == 0:
-        extra["problem"] = (
-            f"weights ({weights / GIB:.2f} GiB per rank) + overhead ({overhead / GIB:.2f} GiB) "
-            f"exceed what vLLM may use ({requested / GIB:.2f} GiB): no room for KV blocks"
-        )
-    return available, extra
+    return requested, weights
 
 
 def _blocks(

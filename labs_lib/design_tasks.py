@@ -12,10 +12,19 @@ from .notebook import SHOW, asked_to_show
 
 
 def best_row(
-    table: pd.DataFrame, *, limit_column: str, limit: float, objective: str, higher_is_better: bool = True
+    table: pd.DataFrame,
+    *,
+    limit_column: str,
+    limit: float,
+    objective: str,
+    higher_is_better: bool = True,
+    also: dict[str, float] | None = None,
 ) -> pd.Series | None:
-    """The row with the best `objective` among those whose `limit_column` is below `limit`; None if none is."""
+    """The row with the best `objective` among those whose `limit_column` is below `limit` (and each `also` column
+    at most its value); None if none is."""
     allowed = table[table[limit_column] < limit].dropna(subset=[objective])
+    for column, maximum in (also or {}).items():
+        allowed = allowed[allowed[column] <= maximum]
     if allowed.empty:
         return None
     return allowed.loc[allowed[objective].idxmax() if higher_is_better else allowed[objective].idxmin()]
@@ -33,16 +42,24 @@ def check_choice(
     higher_is_better: bool = True,
     hint: str = "",
     limit_column_low: str | None = None,
+    also: dict[str, float] | None = None,
 ) -> bool | None:
     """Judge a choice among measured rows (`design` names a row by `keys`): does it stay under the limit, and is it
     the best row that does? Prints one verdict; returns True/False, None when not answered.
+
+    `also` adds limits every row must meet by its measured value ({column: maximum}, e.g. a TPOT SLO beside a KL
+    budget): rows over any of them are out before the best is chosen.
 
     With `limit_column_low` (the low end of limit_column's confidence interval) the measurement cannot always say
     whether a row meets the limit: the best row by the measured value and the best row whose interval reaches
     under the limit are both accepted, the second with a note that more data would decide."""
 
+    also = also or {}
+
     def best_under(column: str) -> pd.Series | None:
-        return best_row(table, limit_column=column, limit=limit, objective=objective, higher_is_better=higher_is_better)
+        return best_row(
+            table, limit_column=column, limit=limit, objective=objective, higher_is_better=higher_is_better, also=also
+        )
 
     best = best_under(limit_column)
     maybe = best_under(limit_column_low) if limit_column_low else None
@@ -69,6 +86,9 @@ def check_choice(
         print(f"Design{label}: no measured row has {design}; choose among the rows the run measured ({name}).")
         return False
     row = rows.iloc[0]
+    if over := next((c for c, maximum in also.items() if not row[c] <= maximum), None):
+        print(f"Design{label}: {design} has {over} {row[over]:,.4g}, over the limit {also[over]:,.4g}. {hint}")
+        return False
     if not row[limit_column_low or limit_column] < limit:
         print(f"Design{label}: {design} has {limit_column} {row[limit_column]:,.4g}, over the limit {limit:,.4g}. {hint}")
         return False

@@ -216,6 +216,15 @@ async def compare_models(models: list[dict], *, settings: QuantSettings | None =
 QUALITY = {"perplexity": "lower", "kl": "lower", "delta_nll": "lower", "perplexity_ratio": "lower", "top1_agreement": "higher"}
 
 
+def config_memory_mib(df: pd.DataFrame) -> pd.Series:
+    """Each configuration's memory, MiB: its weights file and its KV cache as llama.cpp logs it (compare_variants);
+    on vLLM, the weights it logs on a GPU, else its process's RSS (its KV pool is a fixed size it is given: a smaller
+    KV dtype buys tokens there, not memory)."""
+    if "file_MiB" in df and "kv_MiB" in df:
+        return df["file_MiB"] + df["kv_MiB"]
+    return df["weights_MiB"] if "weights_MiB" in df else df["rss_MiB"]
+
+
 def config_labels(df: pd.DataFrame) -> pd.Series:
     """Each row's name: "variant/kv_dtype" (compare_variants) or "model[+dtype][+quantization]/kv_dtype"
     (compare_models)."""

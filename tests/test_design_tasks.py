@@ -107,3 +107,35 @@ def test_a_client_design_is_judged_by_the_doctor(monkeypatch, capsys):
         assert "'5 model' warns" in capsys.readouterr().out
         assert check_client_design({**right, "base_url": engine.base_url.removesuffix("/v1") + "/api"}) is False
     assert "design-" not in capsys.readouterr().out  # the key is never shown
+
+
+def test_lab04s_task_weighs_a_kl_budget_against_a_tpot_slo_on_a_real_run(capsys):
+    """Lab 04's design task on its measured quick run (tests/fixtures/quant/README.md): KL under 0.01 and TPOT p50
+    within 10% of the reference's, least weights + KV memory. F16 is closest in KL but over the SLO; Q8_0 meets
+    both with more memory than the reference's weights with a q8_0 KV cache."""
+    import pandas as pd
+
+    from labs_lib.quant_compare import config_labels, config_memory_mib
+
+    results = pd.read_csv(Path(__file__).parent / "fixtures" / "quant" / "configurations-llamacpp-quick.csv")
+    slo = 1.10 * results.iloc[0]["tpot_p50_ms"]
+    choices = results.assign(configuration=list(config_labels(results)), memory_MiB=config_memory_mib(results)).iloc[1:]
+    kw = {
+        "keys": ("configuration",),
+        "limit_column": "kl",
+        "limit_column_low": "kl_ci_low",
+        "limit": 0.01,
+        "also": {"tpot_p50_ms": slo},
+        "objective": "memory_MiB",
+        "higher_is_better": False,
+    }
+    f16 = choices[choices.configuration == "F16/f16"].iloc[0]
+    assert f16.kl < 0.01 and f16.tpot_p50_ms > slo  # the best quality, too slow
+    assert check_choice("", {"configuration": "F16/f16"}, choices, **kw) is False
+    assert "tpot_p50_ms" in capsys.readouterr().out
+    assert check_choice("", {"configuration": "Q8_0/f16"}, choices, **kw) is False  # within both, not the least memory
+    assert check_choice("", {"configuration": "Q4_K_M/q4_0"}, choices, **kw) is False  # small, over the KL budget
+    capsys.readouterr()
+    assert check_choice("", {"configuration": "Q4_K_M/q8_0"}, choices, **kw) is True
+    assert "correct: " in capsys.readouterr().out
+    assert check_choice("", {"configuration": "Q4_K_M/q8_0"}, choices, **{**kw, "also": {"tpot_p50_ms": 11.0}}) is False

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import numpy as np
 
 from .endpoints import Endpoint
 from .errors import BadInput, LabsError, positive_int
+from .lengths import sampled_lengths
 from .load import SLO, LoadResult, run_conversations, run_load, warm_up
 from .prompts import PromptFactory, engine_tokenizer
 from .slo_capacity import SLOCapacity, slo_capacity
@@ -79,11 +82,15 @@ def tokenizer_for(endpoint: Endpoint):
         return None
 
 
-def check_turns(turns: int, rate: float | None, shared_prefix_tokens: int) -> None:
-    """Multi-turn runs are closed loop (each turn waits for its answer) and carry no separate system prompt."""
+def check_turns(turns: int, rate: float | None, shared_prefix_tokens: int, lengths: str | None = None) -> None:
+    """Multi-turn runs are closed loop (each turn waits for its answer) and carry no separate system prompt; lengths
+    drawn from a trace replace the fixed prompt and output lengths, with no system prompt and one turn."""
     if turns > 1 and (rate is not None or shared_prefix_tokens):
         what = "--rate" if rate is not None else "--shared-prefix-tokens"
         raise BadInput("--turns", turns, f"allowed with --concurrency alone, not with {what} (each turn waits for its answer)")
+    if lengths is not None and (turns > 1 or shared_prefix_tokens):
+        what = "--turns" if turns > 1 else "--shared-prefix-tokens"
+        raise BadInput("--lengths", lengths, f"allowed without {what} (a trace gives each request's whole prompt)")
 
 
 async def bench(
@@ -101,11 +108,15 @@ async def bench(
     shared_prefix_tokens: int = 0,
     prefix_groups: int = 1,
     turns: int = 1,
+    lengths: str | None = None,
+    length_scale: float = 1.0,
 ) -> list[LoadResult]:
     """Each load level run `repeats` times in a row (new prompts, and new arrival times open loop, each time).
     With `shared_prefix_tokens`, each prompt follows one of `prefix_groups` system prompts, taken in turn. With
-    `turns` > 1, `requests` conversations of that many questions (closed loop only: load.run_conversations)."""
-    check_turns(turns, rate, shared_prefix_tokens)
+    `turns` > 1, `requests` conversations of that many questions (closed loop only: load.run_conversations). With
+    `lengths` (a trace in data/length_distributions.json), each request's prompt and output lengths are drawn from
+    it, scaled by `length_scale`, instead of prompt_tokens and max_tokens."""
+    check_turns(turns, rate, shared_prefix_tokens, lengths)
     factory = PromptFactory(tokenizer_for(endpoint), seed=seed)
     await warm_up(endpoint)
     results = []
@@ -118,21 +129,32 @@ async def bench(
                     [RequestSpec(p, max_tokens, ignore_eos=ignore_eos) for p in c]
                     for c in factory.conversations(requests, turns, prompt_tokens)
                 ]
-                settings = {"prompt_tokens": prompt_tokens, "max_tokens": max_tokens, "repeat": repeat, "turns": turns}
+                settings: dict[str, Any] = {
+                    "prompt_tokens": prompt_tokens,
+                    "max_tokens": max_tokens,
+                    "repeat": repeat,
+                    "turns": turns,
+                }
                 results.append(
                     await run_conversations(
                         endpoint, talks, concurrency=level or 1, progress=progress, desc=label, settings=settings
                     )
                 )
                 continue
-            prompts = factory.prompts(
-                requests, prompt_tokens, shared_prefix_tokens=shared_prefix_tokens, prefix_groups=prefix_groups
+            specs, settings = _one_turn_specs(
+                factory,
+                requests,
+                prompt_tokens,
+                max_tokens,
+                ignore_eos,
+                shared_prefix_tokens,
+                prefix_groups,
+                lengths,
+                length_scale,
+                seed + repeat,
             )
-            specs = [RequestSpec(p, max_tokens, ignore_eos=ignore_eos) for p in prompts]
+            settings["repeat"] = repeat
             label = (f"c={level}" if level else f"rate={rate}/s") + (f" run {repeat + 1}/{repeats}" if repeats > 1 else "")
-            settings = {"prompt_tokens": prompt_tokens, "max_tokens": max_tokens, "repeat": repeat}
-            if shared_prefix_tokens:
-                settings |= {"shared_prefix_tokens": shared_prefix_tokens, "prefix_groups": prefix_groups}
             results.append(
                 await run_load(
                     endpoint,
@@ -146,6 +168,31 @@ async def bench(
                 )
             )
     return results
+
+
+def _one_turn_specs(
+    factory: PromptFactory,
+    requests: int,
+    prompt_tokens: int,
+    max_tokens: int,
+    ignore_eos: bool,
+    shared_prefix_tokens: int,
+    prefix_groups: int,
+    lengths: str | None,
+    length_scale: float,
+    seed: int,
+) -> tuple[list[RequestSpec], dict[str, Any]]:
+    """One load level's requests (fixed lengths after optional system prompts, or lengths drawn from a trace) and
+    the settings that describe them."""
+    if lengths is not None:
+        pairs = sampled_lengths(lengths, requests, seed=seed, scale=length_scale)
+        specs = [RequestSpec(factory.prompt(c), g, ignore_eos=ignore_eos) for c, g in pairs]
+        return specs, {"prompt_tokens": None, "max_tokens": None, "lengths": lengths, "length_scale": length_scale}
+    prompts = factory.prompts(requests, prompt_tokens, shared_prefix_tokens=shared_prefix_tokens, prefix_groups=prefix_groups)
+    settings: dict[str, Any] = {"prompt_tokens": prompt_tokens, "max_tokens": max_tokens}
+    if shared_prefix_tokens:
+        settings |= {"shared_prefix_tokens": shared_prefix_tokens, "prefix_groups": prefix_groups}
+    return [RequestSpec(p, max_tokens, ignore_eos=ignore_eos) for p in prompts], settings
 
 
 INTERVAL_METRICS = ("output_throughput", "request_throughput", "p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms", "p99_tpot_ms")

@@ -48,6 +48,7 @@ from .errors import (
     writable_path,
 )
 from .gpu import read_gpus
+from .lengths import length_distribution, sampled_lengths
 from .load import SLO, run_conversations, run_load, summarize, warm_up
 from .paths import DATA_DIR
 from .prompts import PromptFactory
@@ -72,6 +73,9 @@ class Workload:
     long_prompt_tokens: int = 0  # every long_every-th request gets a prompt this long (chunked prefill)
     long_every: int = 0
     turns: int = 1  # > 1: `requests` conversations of this many questions, each turn with the conversation so far
+    lengths: str | None = None  # a trace in data/length_distributions.json: each request's lengths drawn from it
+    length_scale: float = 1.0  # both drawn lengths multiplied by this (0.25 on a CPU)
+    length_cap: int = 0  # with lengths: prompt + output at most this (the engine's context per request); 0: none
 
     def levels(self) -> list[dict]:
         if self.rate:
@@ -81,10 +85,11 @@ class Workload:
 
 def _workload_key(workload: Workload) -> dict:
     """The workload's fields, less those at a default added after sweeps were first written: a point measured
-    before `turns` existed keeps its id, so a resumed sweep finds it."""
+    before `turns` or `lengths` existed keeps its id, so a resumed sweep finds it."""
     key = asdict(workload)
-    if key["turns"] == 1:
-        del key["turns"]
+    for name, default in (("turns", 1), ("lengths", None), ("length_scale", 1.0), ("length_cap", 0)):
+        if key[name] == default:
+            del key[name]
     return key
 
 
@@ -167,6 +172,14 @@ def _workload(raw: object, where: str) -> Workload:
     for key in ("shared_prefix_tokens", "long_prompt_tokens", "long_every"):
         if key in values:
             values[key] = positive_int(f"{where}.{key}", values[key], minimum=0, maximum=1_000_000)
+    if values.get("lengths") is not None:  # a trace gives each request's whole prompt and its output length
+        length_distribution(values["lengths"])
+        values["length_scale"] = positive_number(f"{where}.length_scale", values.get("length_scale", 1.0))
+        values["length_cap"] = positive_int(f"{where}.length_cap", values.get("length_cap", 0), minimum=0, maximum=10_000_000)
+        plain = {"turns": 1, "shared_prefix_tokens": 0, "long_prompt_tokens": 0}  # what a trace's requests keep
+        clash = next((k for k, v in plain.items() if values.get(k, v) != v), None)
+        if clash:
+            raise BadInput(f"{where}.lengths", values["lengths"], f"allowed without {clash}")
     return Workload(**values)
 
 
@@ -315,7 +328,12 @@ def load_results(path: str | Path) -> pd.DataFrame:
 # ---------------------------------------------------------------- running
 
 
-def _specs(workload: Workload, factory: PromptFactory) -> tuple[list[RequestSpec], list[bool]]:
+def _specs(workload: Workload, factory: PromptFactory, seed: int = 0) -> tuple[list[RequestSpec], list[bool]]:
+    if workload.lengths is not None:
+        pairs = sampled_lengths(
+            workload.lengths, workload.requests, seed=seed, scale=workload.length_scale, cap=workload.length_cap
+        )
+        return [RequestSpec(factory.prompt(c), g, ignore_eos=True) for c, g in pairs], [False] * len(pairs)
     prompts = factory.prompts(
         workload.requests,
         workload.prompt_tokens,
@@ -360,7 +378,8 @@ async def _run_point(engine, kind: str, point: Point, slo: SLO | None, timeout_s
         row["memory"] = _memory(engine)
         return row
     endpoint = endpoint_for(engine)
-    factory = PromptFactory(engine.prompt_tokenizer(), seed=hash(point.point_id(kind)) % 2**31)
+    seed = int(point.point_id(kind)[:8], 16)  # the same prompts and lengths in every process (hash() is salted)
+    factory = PromptFactory(engine.prompt_tokenizer(), seed=seed)
     await warm_up(endpoint)
     before = scrape(engine.root_url, endpoint.headers())
     settings, w = {"workload": point.workload.name}, point.workload
@@ -372,7 +391,7 @@ async def _run_point(engine, kind: str, point: Point, slo: SLO | None, timeout_s
             endpoint, talks, concurrency=point.level["concurrency"], slo=slo, progress=False, settings=settings
         )
     else:
-        specs, is_long = _specs(w, factory)
+        specs, is_long = _specs(w, factory, seed=seed)
         load = run_load(
             endpoint,
             specs,

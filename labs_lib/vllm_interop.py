@@ -117,13 +117,17 @@ def sweep_params(grid: Grid) -> dict[str, Any]:
     if any(h != heads[0] for h in heads):
         raise BadInput("grid", grid.name, "allowed: configurations that differ in flags only (one serve command)")
     serve_params = [
-        {"_benchmark_name": _label(config), **flags} for config, (_, flags) in zip(configs.values(), parsed, strict=True)
+        {"_benchmark_name": config_label(config), **flags} for config, (_, flags) in zip(configs.values(), parsed, strict=True)
     ]
     bench_params = []
     for workload in grid.workloads:
         if workload.long_prompt_tokens:
             raise BadInput(
                 "grid", grid.name, f"workload {workload.name}: allowed: no long_every prompts (vLLM's datasets have none)"
+            )
+        if workload.lengths is not None:
+            raise BadInput(
+                "grid", grid.name, f"workload {workload.name}: allowed: fixed lengths (vLLM's datasets replay no trace's lengths)"
             )
         if workload.turns > 1:
             raise BadInput(
@@ -147,7 +151,7 @@ def sweep_params(grid: Grid) -> dict[str, Any]:
             load = (
                 {"max_concurrency": level["concurrency"]} if "concurrency" in level else {"request_rate": level["request_rate"]}
             )
-            name = f"{workload.name}-" + "-".join(f"{k}{v}" for k, v in level.items())
+            name = bench_label(workload.name, level)
             # ignore_eos: every request decodes max_tokens, as the labs' load does
             bench_params.append(
                 {"_benchmark_name": name, **prompts, "num_prompts": workload.requests, "ignore_eos": True, **load}
@@ -187,8 +191,14 @@ def _unflag(flags: dict[str, Any]) -> list[str]:
     return words
 
 
-def _label(config: dict) -> str:
+def config_label(config: dict) -> str:
+    """A configuration's name in the export (serve_params' `_benchmark_name`), e.g. "max_model_len=1024-parallel=8"."""
     return "-".join(f"{k}={v}" for k, v in sorted(config.items())) or "base"
+
+
+def bench_label(workload: str, level: dict) -> str:
+    """A workload at one load level's name in the export (bench_params' `_benchmark_name`), e.g. "chat-concurrency8"."""
+    return f"{workload}-" + "-".join(f"{k}{v}" for k, v in level.items())
 
 
 def write_sweep_params(grid: Grid, out_dir: str | Path) -> list[str]:

@@ -66,6 +66,21 @@ CLI_CASES = [
     ("bench unknown engine", ["bench", "--endpoint", "local", "--engine", "tgi"], ["tgi"]),
     ("bench zero turns", ["bench", "--base-url", "http://127.0.0.1:9/v1", "--turns", "0"], ["--turns", "0"]),
     (
+        "bench unknown lengths",
+        ["bench", "--base-url", "http://127.0.0.1:9/v1", "--lengths", "sharegpt"],
+        ["sharegpt", "azure-conv-2023"],
+    ),
+    (
+        "bench zero length scale",
+        ["bench", "--base-url", "http://127.0.0.1:9/v1", "--lengths", "azure-conv-2023", "--length-scale", "0"],
+        ["--length-scale", "0"],
+    ),
+    (
+        "bench lengths with turns",
+        ["bench", "--base-url", "http://127.0.0.1:9/v1", "--lengths", "azure-conv-2023", "--turns", "2"],
+        ["--lengths", "--turns"],
+    ),
+    (
         "bench turns with a rate",
         ["bench", "--base-url", "http://127.0.0.1:9/v1", "--turns", "3", "--rate", "2"],
         ["--turns", "--rate"],

@@ -56,6 +56,11 @@ def test_client_comparison_says_why_without_vllm():
     assert done.returncode == 1 and "no vLLM found" in done.stdout and done.stdout.strip().endswith("FAIL")
 
 
+def test_sweep_comparison_says_why_without_vllm():
+    done = bench("sweep_comparison", env={"LABS_VLLM_PYTHON": "/nonexistent/python"})
+    assert done.returncode == 1 and "no vLLM found" in done.stdout and done.stdout.strip().endswith("FAIL")
+
+
 def test_gpu_smoke_check_says_when_there_is_no_gpu():
     """bench/gpu_smoke.py is run by hand on a GPU instance; here, without a GPU, it says so and passes."""
     from labs_lib.gpu import read_gpus

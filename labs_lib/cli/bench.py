@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from .common import add_target_arguments, chosen_target
 
@@ -31,6 +32,12 @@ def run(args: argparse.Namespace) -> int:
     parallel = max(concurrency or [4])
     if target == "taotoken" and not args.api_key_env:
         read_key("TAOTOKEN_API_KEY", required=True)
+    if "lengths" in w:  # the longest request the trace can give, scaled
+        from ..lengths import length_distribution
+
+        trace = length_distribution(w["lengths"])
+        prompt_tokens = int(max(trace.context_tokens) * w["length_scale"]) + 1
+        max_tokens = int(max(trace.generated_tokens) * w["length_scale"]) + 1
     ctx = parallel * (w["shared_prefix_tokens"] + w["turns"] * (prompt_tokens + max_tokens + 16) + 64)  # conversations grow
     with open_endpoint(
         target, model=args.model, api_key_env=args.api_key_env, engine=args.engine, parallel=min(parallel, 16), ctx=ctx
@@ -140,9 +147,9 @@ def _capacity(args: argparse.Namespace, endpoint, settings: dict, requests: int,
 def _workload(args: argparse.Namespace, rate: float | None) -> dict:
     """The requests to send, checked (one line naming a bad value): bench()'s workload arguments."""
     from ..bench import check_turns
-    from ..errors import positive_int
+    from ..errors import positive_int, positive_number
 
-    w = {
+    w: dict[str, Any] = {
         "requests": positive_int("--requests", args.requests, maximum=1_000_000),
         "prompt_tokens": positive_int("--prompt-tokens", args.prompt_tokens, maximum=1_000_000),
         "max_tokens": positive_int("--max-tokens", args.max_tokens, maximum=1_000_000),
@@ -150,7 +157,12 @@ def _workload(args: argparse.Namespace, rate: float | None) -> dict:
         "prefix_groups": positive_int("--prefix-groups", args.prefix_groups, maximum=1_000),
         "turns": positive_int("--turns", args.turns, maximum=1_000),
     }
-    check_turns(w["turns"], rate, w["shared_prefix_tokens"])
+    if args.lengths is not None:  # checked before any engine starts: the name, the scale
+        from ..lengths import length_distribution
+
+        length_distribution(args.lengths)
+        w |= {"lengths": args.lengths, "length_scale": positive_number("--length-scale", args.length_scale)}
+    check_turns(w["turns"], rate, w["shared_prefix_tokens"], w.get("lengths"))
     return w
 
 
@@ -238,6 +250,10 @@ def add_parser(sub) -> None:
     p.add_argument("--max-tokens", default=64, help="output tokens per request (default 64)")
     p.add_argument("--shared-prefix-tokens", default=0, help="a system prompt of this many tokens before each prompt")
     p.add_argument("--prefix-groups", default=1, help="with --shared-prefix-tokens: that many system prompts, in turn")
+    p.add_argument(
+        "--lengths", help="draw each request's prompt and output lengths from a recorded trace (azure-conv-2023, azure-code-2023)"
+    )
+    p.add_argument("--length-scale", default=1.0, help="with --lengths: multiply both lengths (0.25 for a CPU run; default 1)")
     p.add_argument(
         "--turns",
         default=1,

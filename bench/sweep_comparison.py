@@ -51,7 +51,12 @@ def labs_round(grid, out: Path) -> dict[tuple[str, str], dict]:
     for row in map(json.loads, out.read_text().splitlines()):
         if row["status"] == "ok" and row["workload"]:
             key = (config_label(row["config"]), bench_label(row["workload"]["name"], row["level"]))
-            found[key] = {"tpot": row["summary"]["p50_tpot_ms"], "tok_s": row["summary"]["output_throughput"]}
+            summary = row["summary"]
+            found[key] = {
+                "tpot": summary["p50_tpot_ms"],
+                "tok_s": summary["output_throughput"],
+                "in_tokens": summary["total_input_tokens"] / summary["completed"],
+            }
     return found
 
 
@@ -84,6 +89,7 @@ def vllm_round(grid, folder: Path, shim_dir: Path) -> dict[tuple[str, str], dict
                 found[(serve["_benchmark_name"], bench["_benchmark_name"])] = {
                     "tpot": row["p50_tpot_ms"],
                     "tok_s": row["output_throughput"],
+                    "in_tokens": row["total_input_tokens"] / row["completed"],
                 }
     return found
 
@@ -130,6 +136,9 @@ def main() -> int:
             f"{key[0]:42} {key[1]:22} {med['tpot'][0]:9.1f} {med['tpot'][1]:7.1f} {ratio['tpot']:6.3f} "
             f"{med['tok_s'][0]:10.1f} {med['tok_s'][1]:7.1f} {ratio['tok_s']:6.3f}"
         )
+        rounds_text = ", ".join(f"{t['tpot'] / o['tpot']:.2f}" for o, t in pairs)
+        prompts = ", ".join(f"{o['in_tokens']:.0f}/{t['in_tokens']:.0f}" for o, t in pairs)
+        print(f"{'':42} {'':22} TPOT ratio by round: {rounds_text}; prompt tokens per request, labs/vLLM: {prompts}")
         for m, name in (("tpot", "TPOT"), ("tok_s", "output tok/s")):
             checks[f"{key[1]} on {key[0]}: {name} within {TOLERANCE:.0%}"] = abs(ratio[m] - 1) <= TOLERANCE
     return verdict(checks)

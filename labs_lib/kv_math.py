@@ -383,9 +383,24 @@ def _card_pool(
     cuda_graphs: bool,
     extra: dict,
 ) -> tuple[int, tuple[int, int]]:
-    """(the KV pool per rank at the central overhead, the pools at the high and the low overhead): total x utilization
-    - weights/tp - overhead. The plan's card and overhead fields go into `extra` (which holds the step budgets)."""
-    requested, weights = _requested_and_weights(spec, tp, card, gpu_memory_utilization, weight_dtype, weight_gib, extra)
+    """(the KV pool per rank at the central overhead, the pools at the high and the low overhead): requested = total x
+    utilization, pool = requested - weights/tp - overhead. The plan's card, weight and overhead fields go into `extra`
+    (which holds the step budgets)."""
+    util = fraction("gpu_memory_utilization", gpu_memory_utilization)
+    requested = math.ceil(card[1] * util)
+    if weight_gib is not None:
+        weights = int(positive_number("weight_gib", weight_gib) * GIB) // tp
+        extra["weight_dtype"] = "given"
+    else:
+        weights = weight_bytes(spec, weight_dtype) // tp
+        extra["weight_dtype"] = dtype(weight_dtype).name
+    extra.update(
+        gpu=card[0],
+        gpu_memory_bytes=card[1],
+        gpu_memory_utilization=util,
+        requested_bytes=requested,
+        weight_bytes_per_rank=weights,
+    )
     if overhead_gib is not None:
         overhead = low = high = int(_non_negative("overhead_gib", overhead_gib) * GIB)
     else:
@@ -418,34 +433,6 @@ def _card(gpu: str | None, gpu_memory_gib: float | None) -> tuple[str, int]:
     if gpu_memory_gib is not None:
         return "given", int(positive_number("gpu_memory_gib", gpu_memory_gib) * GIB)
     raise BadInput("capacity", "no memory given", "allowed: --available-kv-gib X, or --gpu NAME")
-
-
-def _requested_and_weights(
-    spec: ModelSpec,
-    tp: int,
-    card: tuple[str, int],
-    gpu_memory_utilization: float,
-    weight_dtype: str | DType,
-    weight_gib: float | None,
-    extra: dict,
-) -> tuple[int, int]:
-    """(what vLLM may use = total x utilization, the weights per rank); the plan's card fields go into `extra`."""
-    util = fraction("gpu_memory_utilization", gpu_memory_utilization)
-    requested = math.ceil(card[1] * util)
-    if weight_gib is not None:
-        weights = int(positive_number("weight_gib", weight_gib) * GIB) // tp
-        extra["weight_dtype"] = "given"
-    else:
-        weights = weight_bytes(spec, weight_dtype) // tp
-        extra["weight_dtype"] = dtype(weight_dtype).name
-    extra.update(
-        gpu=card[0],
-        gpu_memory_bytes=card[1],
-        gpu_memory_utilization=util,
-        requested_bytes=requested,
-        weight_bytes_per_rank=weights,
-    )
-    return requested, weights
 
 
 def _blocks(

@@ -158,7 +158,7 @@ def _card_row() -> dict:
     card = _plan_seed000_card(0.9)
     holds: bool | None
     holds, off = verdict(c["value"], card.max_concurrency)
-    low, high = card.max_concurrency_low or 0, card.max_concurrency_high or 0
+    low, high = card.max_concurrency_low, card.max_concurrency_high
     if low <= c["value"] <= high:  # inside what the planner can honestly claim: no verdict either way
         holds = None
     return row(

@@ -146,13 +146,12 @@ def check_capacity_design(
     except BadInput as exc:
         print(f"Design: {exc}")
         return False
-    surely = plan.max_concurrency_low if plan.max_concurrency_low is not None else plan.max_concurrency
-    fits = surely >= users  # at the high end of the overhead's estimate: a design must not hang on the central value
+    fits = plan.max_concurrency_low >= users  # at the high end of the overhead's estimate: a design must not hang on the central value
     admits = int(design["max_num_seqs"]) >= users
     verdict = "works" if fits and admits else "does not work"
     why = [
         f"the KV pool holds {plan.max_concurrency:,.1f} sequences of {seq_len:,} tokens at the central overhead "
-        f"estimate, {surely:,.1f} at its high end"
+        f"estimate, {plan.max_concurrency_low:,.1f} at its high end"
     ]
     if not admits:
         why.append(f"max_num_seqs {design['max_num_seqs']} admits fewer than {users} at once")
@@ -172,9 +171,8 @@ def _capacity_designs(users: int, seq_len: int, gpu: str, gpu_memory_utilization
             plan = plan_capacity(
                 entry["name"], seq_len, kv_dtype=kv_dtype, gpu=gpu, gpu_memory_utilization=gpu_memory_utilization
             )
-            surely = plan.max_concurrency_low if plan.max_concurrency_low is not None else plan.max_concurrency
-            if surely >= users:
-                found.append((-(entry.get("params") or 0), kv_dtype != "bf16", entry["name"], kv_dtype, surely))
+            if plan.max_concurrency_low >= users:
+                found.append((-(entry.get("params") or 0), kv_dtype != "bf16", entry["name"], kv_dtype, plan.max_concurrency_low))
                 break
     return [
         f"{name} with {kv} KV ({conc:,.1f} sequences at the overhead's high end), max_num_seqs >= {users}"

@@ -255,6 +255,8 @@ class CapacityPlan:
     kv_cache_tokens: int  # = int(max_concurrency x max_model_len), as vLLM 0.32/0.33 log "KV cache size"
     blocks_per_request: int  # a request at max_model_len, summed over hybrid groups
     max_concurrency: float  # = num_blocks / blocks_per_request
+    max_concurrency_low: float  # at the high end of the overhead's estimate (= max_concurrency when the pool is given)
+    max_concurrency_high: float  # at its low end
     fits_one_request: bool
     gpu: str | None = None
     gpu_memory_bytes: int | None = None
@@ -266,8 +268,6 @@ class CapacityPlan:
     overhead_low_bytes: int | None = None  # the estimate's ends (vllm_memory.startup_overhead); equal when given
     overhead_high_bytes: int | None = None
     overhead_parts: dict | None = None  # vllm_memory.StartupOverhead.to_dict(), when estimated
-    max_concurrency_low: float | None = None  # at the high overhead
-    max_concurrency_high: float | None = None  # at the low overhead
     max_num_batched_tokens: int | None = None  # the step budget assumed (vLLM's default for the card unless given)
     max_num_seqs: int | None = None  # likewise; it sizes the dummy sampler run
     problem: str | None = None
@@ -344,10 +344,7 @@ def plan_capacity(
         )
     num_blocks, blocks_per_request = _blocks(spec, page_bytes, available, max_model_len, block_size, tokens)
     max_concurrency = num_blocks / blocks_per_request
-    if card is not None:
-        extra["max_concurrency_low"], extra["max_concurrency_high"] = (
-            round(_blocks(spec, page_bytes, pool, max_model_len, block_size, tokens)[0] / blocks_per_request, 4) for pool in ends
-        )
+    low, high = (_blocks(spec, page_bytes, pool, max_model_len, block_size, tokens)[0] / blocks_per_request for pool in ends)
     fits = max_concurrency >= 1
     if not fits and "problem" not in extra:
         need = blocks_per_request * page_bytes * spec.num_layers
@@ -367,6 +364,8 @@ def plan_capacity(
         kv_cache_tokens=int(max_concurrency * max_model_len),
         blocks_per_request=blocks_per_request,
         max_concurrency=round(max_concurrency, 4),
+        max_concurrency_low=round(low, 4),
+        max_concurrency_high=round(high, 4),
         fits_one_request=fits,
         **extra,
     )

@@ -34,7 +34,7 @@ class ExplorerState:
     weight_bytes: int | None
     overhead_bytes: int | None
     max_concurrency: float  # sequences of seq_len tokens the pool holds, as vLLM logs it
-    max_concurrency_range: tuple[float, float] | None  # at the high and the low end of the overhead's estimate
+    max_concurrency_range: tuple[float, float]  # at the high and the low end of the overhead's estimate
     kv_cache_tokens: int  # vLLM's "KV cache size: … tokens"
     fits: bool  # batch sequences of seq_len fit in the pool
     problem: str | None
@@ -48,8 +48,8 @@ class ExplorerState:
         )
         weights = f"{self.weight_bytes / GIB:,.2f} GiB" if self.weight_bytes is not None else "-"
         overhead = f"{self.overhead_bytes / GIB:,.2f} GiB" if self.overhead_bytes is not None else "-"
-        spread = self.max_concurrency_range
-        spread_text = f" ({spread[0]:,.2f} to {spread[1]:,.2f} over the overhead's estimate)" if spread else ""
+        low, high = self.max_concurrency_range
+        spread_text = f" ({low:,.2f} to {high:,.2f} over the overhead's estimate)"
         return (
             f"<div class='kv-readout'>KV cache for {self.batch} × {self.seq_len:,} tokens: <b>{self.kv_bytes / GIB:,.2f} GiB</b>"
             f" · KV pool on {self.gpu} at utilization {self.gpu_memory_utilization:.2f}: <b>{self.kv_pool_bytes / GIB:,.2f} GiB</b>"
@@ -76,11 +76,7 @@ def explorer_state(model: str, gpu: str, kv_dtype: str, gpu_memory_utilization: 
         weight_bytes=plan.weight_bytes_per_rank,
         overhead_bytes=plan.overhead_bytes,
         max_concurrency=plan.max_concurrency,
-        max_concurrency_range=(
-            (plan.max_concurrency_low, plan.max_concurrency_high)
-            if plan.max_concurrency_low is not None and plan.max_concurrency_high is not None
-            else None
-        ),
+        max_concurrency_range=(plan.max_concurrency_low, plan.max_concurrency_high),
         kv_cache_tokens=plan.kv_cache_tokens,
         fits=batch <= plan.max_concurrency,
         problem=plan.problem,

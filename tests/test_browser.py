@@ -139,7 +139,7 @@ def _agrees_with_the_library(shown: dict) -> None:
     assert f"{s.max_concurrency:,.2f}x" in text and f"{s.kv_bytes / 2**30:,.2f} GiB" in text, (text, s)
     assert f"{s.kv_pool_bytes / 2**30:,.2f} GiB" in text, (text, s)
     assert ("does not fit" in text) == (not s.fits), (text, s)
-    low, high = s.max_concurrency_range or (0, 0)
+    low, high = s.max_concurrency_range
     assert f"{low:,.2f} to {high:,.2f} over the overhead's estimate" in text, (text, s)
 
 

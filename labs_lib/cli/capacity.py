@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         ("kv_cache_tokens", f"{plan.kv_cache_tokens:,}"),
         (f"max_concurrency at {plan.max_model_len:,}", f"{plan.max_concurrency:.2f}x"),
     ]
-    if plan.max_concurrency_low is not None and plan.max_concurrency_low != plan.max_concurrency_high:
+    if plan.max_concurrency_low != plan.max_concurrency_high:
         rows.append(("  over the overhead's range", f"{plan.max_concurrency_low:.2f}x to {plan.max_concurrency_high:.2f}x"))
     if plan.problem:
         rows.append(("problem", plan.problem))

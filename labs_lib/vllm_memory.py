@@ -43,13 +43,17 @@ ACTIVATION_BYTES = 2  # bf16/fp16 activations
 class StartupOverhead:
     """vLLM's non-KV memory beyond the weights, per rank, estimated: each part, and the low/high total."""
 
-    non_torch_bytes: int
+    non_torch_bytes: int  # central; the ends below
+    non_torch_low_bytes: int
+    non_torch_high_bytes: int
     forward_peak_bytes: int  # the dummy forward of max_num_batched_tokens (MLP input, gate/up and activation outputs)
     sampler_peak_bytes: int  # the dummy sampler on max_num_seqs rows of logits
+    activation_low_bytes: int  # max(forward, the sampler's low end): the two peaks one after the other
+    activation_high_bytes: int  # forward + the sampler's high end: the two peaks fully overlapping
     cudagraph_bytes: int  # central estimate; 0 with enforce_eager
     central_bytes: int  # non-torch + the activation midway between its ends + graphs, central estimates
-    low_bytes: int  # activation = max(forward, sampler), the low non-torch, sampler and graph estimates
-    high_bytes: int  # activation = forward + sampler (the two peaks fully overlapping), the high estimates
+    low_bytes: int  # the low ends of non-torch, activation and graphs
+    high_bytes: int  # their high ends
     ffn_width: int | None  # the MLP width the forward estimate used (derived from the parameter count)
     note: str
 
@@ -90,18 +94,21 @@ def startup_overhead(
     logits = min(max_num_seqs, tokens) * spec.vocab_size  # vLLM gathers the full vocabulary's logits on rank 0
     sampler_low, sampler_high = (logits * b for b in SAMPLER_BYTES_PER_LOGIT)
     comm = TP_COMM_GIB if tp > 1 else 0.0
-    graphs = CUDAGRAPH_GIB if cuda_graphs else (0.0, 0.0, 0.0)
-    low = (NON_TORCH_GIB[0] + comm + graphs[0]) * GIB + max(forward, sampler_low)
-    high = (NON_TORCH_GIB[2] + comm + graphs[2]) * GIB + forward + sampler_high
-    activation_mid = (max(forward, sampler_low) + forward + sampler_high) / 2
+    non_torch = [int((g + comm) * GIB) for g in NON_TORCH_GIB]
+    graphs = [int(g * GIB) for g in CUDAGRAPH_GIB] if cuda_graphs else [0, 0, 0]
+    activation = (max(forward, sampler_low), forward + sampler_high)
     return StartupOverhead(
-        non_torch_bytes=int((NON_TORCH_GIB[1] + comm) * GIB),
+        non_torch_bytes=non_torch[1],
+        non_torch_low_bytes=non_torch[0],
+        non_torch_high_bytes=non_torch[2],
         forward_peak_bytes=forward,
         sampler_peak_bytes=sampler_high,
-        cudagraph_bytes=int(graphs[1] * GIB),
-        central_bytes=int((NON_TORCH_GIB[1] + comm + graphs[1]) * GIB + activation_mid),
-        low_bytes=int(low),
-        high_bytes=int(high),
+        activation_low_bytes=activation[0],
+        activation_high_bytes=activation[1],
+        cudagraph_bytes=graphs[1],
+        central_bytes=non_torch[1] + sum(activation) // 2 + graphs[1],
+        low_bytes=non_torch[0] + activation[0] + graphs[0],
+        high_bytes=non_torch[2] + activation[1] + graphs[2],
         ffn_width=width if not note else None,
         note=note,
     )
@@ -124,11 +131,11 @@ def against_published(path: Path | None = None) -> list[dict]:
             max_num_seqs=p["max_num_seqs"],
             cuda_graphs=False,
         )
-        forward, sampler = est.forward_peak_bytes / GIB, est.sampler_peak_bytes / GIB
-        sampler_low = sampler * SAMPLER_BYTES_PER_LOGIT[0] / SAMPLER_BYTES_PER_LOGIT[1]
-        act_low, act_high = max(forward, sampler_low), forward + sampler
-        comm = TP_COMM_GIB if p["tp"] > 1 else 0.0
-        torch_low, torch_high = round(NON_TORCH_GIB[0] + comm, 2), round(NON_TORCH_GIB[2] + comm, 2)  # as vLLM prints
+        act_low, act_high = est.activation_low_bytes / GIB, est.activation_high_bytes / GIB
+        torch_low, torch_high = (
+            round(est.non_torch_low_bytes / GIB, 2),
+            round(est.non_torch_high_bytes / GIB, 2),
+        )  # as vLLM prints
         rows.append(
             {
                 "source": "vllm#" + p["source"].rsplit("/", 1)[1],

@@ -9,7 +9,7 @@ import numpy as np
 
 from .endpoints import Endpoint
 from .errors import BadInput, LabsError, positive_int
-from .lengths import sampled_lengths
+from .lengths import trace_requests
 from .load import SLO, LoadResult, run_conversations, run_load, warm_up
 from .prompts import PromptFactory, engine_tokenizer
 from .slo_capacity import SLOCapacity, slo_capacity
@@ -185,8 +185,7 @@ def _one_turn_specs(
     """One load level's requests (fixed lengths after optional system prompts, or lengths drawn from a trace) and
     the settings that describe them."""
     if lengths is not None:
-        pairs = sampled_lengths(lengths, requests, seed=seed, scale=length_scale)
-        specs = [RequestSpec(factory.prompt(c), g, ignore_eos=ignore_eos) for c, g in pairs]
+        specs = trace_requests(factory, lengths, requests, seed=seed, scale=length_scale, ignore_eos=ignore_eos)
         return specs, {"prompt_tokens": None, "max_tokens": None, "lengths": lengths, "length_scale": length_scale}
     prompts = factory.prompts(requests, prompt_tokens, shared_prefix_tokens=shared_prefix_tokens, prefix_groups=prefix_groups)
     settings: dict[str, Any] = {"prompt_tokens": prompt_tokens, "max_tokens": max_tokens}

@@ -17,6 +17,8 @@ import numpy as np
 
 from .errors import BadInput, positive_int, positive_number
 from .paths import DATA_DIR
+from .prompts import PromptFactory
+from .timing import RequestSpec
 
 
 @dataclass(frozen=True)
@@ -84,3 +86,12 @@ def sampled_lengths(name: str, n: int, *, seed: int = 0, scale: float = 1.0, cap
     if cap == 1:
         raise BadInput("length cap", cap, "allowed: 0 (no cap) or at least 2 tokens")
     return length_distribution(name).sample(n, seed=seed, scale=positive_number("length scale", scale), cap=cap)
+
+
+def trace_requests(
+    factory: PromptFactory, name: str, n: int, *, seed: int = 0, scale: float = 1.0, cap: int = 0, ignore_eos: bool = True
+) -> list[RequestSpec]:
+    """`n` requests whose prompt and output lengths are drawn from the named trace (sampled_lengths), the prompts
+    from `factory`."""
+    pairs = sampled_lengths(name, n, seed=seed, scale=scale, cap=cap)
+    return [RequestSpec(factory.prompt(context), output, ignore_eos=ignore_eos) for context, output in pairs]

@@ -48,7 +48,7 @@ from .errors import (
     writable_path,
 )
 from .gpu import read_gpus
-from .lengths import length_distribution, sampled_lengths
+from .lengths import length_distribution, trace_requests
 from .load import SLO, run_conversations, run_load, summarize, warm_up
 from .paths import DATA_DIR
 from .prompts import PromptFactory
@@ -330,10 +330,10 @@ def load_results(path: str | Path) -> pd.DataFrame:
 
 def _specs(workload: Workload, factory: PromptFactory, seed: int = 0) -> tuple[list[RequestSpec], list[bool]]:
     if workload.lengths is not None:
-        pairs = sampled_lengths(
-            workload.lengths, workload.requests, seed=seed, scale=workload.length_scale, cap=workload.length_cap
+        specs = trace_requests(
+            factory, workload.lengths, workload.requests, seed=seed, scale=workload.length_scale, cap=workload.length_cap
         )
-        return [RequestSpec(factory.prompt(c), g, ignore_eos=True) for c, g in pairs], [False] * len(pairs)
+        return specs, [False] * len(specs)
     prompts = factory.prompts(
         workload.requests,
         workload.prompt_tokens,

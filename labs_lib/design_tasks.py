@@ -146,7 +146,9 @@ def check_capacity_design(
     except BadInput as exc:
         print(f"Design: {exc}")
         return False
-    fits = plan.max_concurrency_low >= users  # at the high end of the overhead's estimate: a design must not hang on the central value
+    fits = (
+        plan.max_concurrency_low >= users
+    )  # at the high end of the overhead's estimate: a design must not hang on the central value
     admits = int(design["max_num_seqs"]) >= users
     verdict = "works" if fits and admits else "does not work"
     why = [

@@ -76,6 +76,20 @@ CLI_CASES = [
         ["--length-scale", "0"],
     ),
     (
+        "bench lengths with the capacity search",
+        [
+            "bench",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--lengths",
+            "azure-conv-2023",
+            "--slo-capacity",
+            "--slo-ttft-ms",
+            "500",
+        ],
+        ["--lengths", "--slo-capacity"],
+    ),
+    (
         "bench lengths with turns",
         ["bench", "--base-url", "http://127.0.0.1:9/v1", "--lengths", "azure-conv-2023", "--turns", "2"],
         ["--lengths", "--turns"],

@@ -13,7 +13,7 @@ from .common import add_target_arguments, chosen_target
 def run(args: argparse.Namespace) -> int:
     from ..bench import bench, discover_model, int_list, repeat_intervals, result_row
     from ..endpoints import Endpoint, open_endpoint
-    from ..errors import positive_int, positive_number, writable_path
+    from ..errors import BadInput, positive_int, positive_number, writable_path
     from ..keys import read_key
     from ..load import run_blocking
 
@@ -28,17 +28,19 @@ def run(args: argparse.Namespace) -> int:
     requests, prompt_tokens, max_tokens = w["requests"], w["prompt_tokens"], w["max_tokens"]
     repeats = positive_int("--repeats", args.repeats, maximum=100)
     out_path = writable_path("--out", args.out) if args.out else None
+    if args.slo_capacity and "lengths" in w:
+        raise BadInput("--lengths", w["lengths"], "allowed without --slo-capacity (its search sends fixed lengths)")
     capacity_settings = _capacity_settings(args, requests) if args.slo_capacity else None
     parallel = max(concurrency or [4])
     if target == "taotoken" and not args.api_key_env:
         read_key("TAOTOKEN_API_KEY", required=True)
+    longest = prompt_tokens + max_tokens
     if "lengths" in w:  # the longest request the trace can give, scaled
         from ..lengths import length_distribution
 
         trace = length_distribution(w["lengths"])
-        prompt_tokens = int(max(trace.context_tokens) * w["length_scale"]) + 1
-        max_tokens = int(max(trace.generated_tokens) * w["length_scale"]) + 1
-    ctx = parallel * (w["shared_prefix_tokens"] + w["turns"] * (prompt_tokens + max_tokens + 16) + 64)  # conversations grow
+        longest = int((max(trace.context_tokens) + max(trace.generated_tokens)) * w["length_scale"]) + 2
+    ctx = parallel * (w["shared_prefix_tokens"] + w["turns"] * (longest + 16) + 64)  # conversations grow
     with open_endpoint(
         target, model=args.model, api_key_env=args.api_key_env, engine=args.engine, parallel=min(parallel, 16), ctx=ctx
     ) as (endpoint, _engine):

@@ -138,9 +138,7 @@ def engine_running(engine: str, tag: str) -> list[int]:
 def serve_then_signal(
     sig: signal.Signals, moment: str, tag: str, delay_s: float = 0.0, engine: str = "llamacpp"
 ) -> tuple[int | None, str]:
-    """`serve` signalled at `moment`; nothing of it left after. Returns its exit status and what it printed (the
-    status is not checked here: after a SIGTERM during llama.cpp's start-up, serve stops everything and prints
-    "stopped." yet exits -2 about once in ten, reproduced outside pytest, cause not found)."""
+    """`serve` signalled at `moment`; nothing of it left after. Returns its exit status and what it printed."""
     if engine == "vllm":
         require_vllm()
     port = free_port()
@@ -222,7 +220,9 @@ def runner_then_signal(sig: signal.Signals, tmp_path: Path, tag: str, delay_s: f
 @pytest.mark.parametrize("moment", ["start-up", "mid-stream"])
 @pytest.mark.parametrize("sig", SIGNALS)
 def test_serve(sig, moment):
-    serve_then_signal(SIGNALS[sig], moment, f"serve-{sig}-{moment}-{os.getpid()}")
+    code, printed = serve_then_signal(SIGNALS[sig], moment, f"serve-{sig}-{moment}-{os.getpid()}")
+    if sig != "SIGKILL":  # Ctrl-C and SIGTERM stop everything, say so and exit 0, at any moment (cli/serve.py)
+        assert code == 0 and "stopped." in printed, (code, printed)
 
 
 @pytest.mark.vllm

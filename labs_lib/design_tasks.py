@@ -4,11 +4,16 @@ and the best answer only when asked ("show")."""
 
 from __future__ import annotations
 
+import json
+from functools import cache
+
 import pandas as pd
 
-from .errors import BadInput
-from .kv_math import plan_capacity
+from .catalogs import gpu_names, gpu_spec
+from .errors import BadInput, positive_int
+from .kv_math import dtype, plan_capacity
 from .notebook import SHOW, asked_to_show
+from .paths import DATA_DIR
 
 
 def best_row(
@@ -112,74 +117,131 @@ def check_choice(
     return False
 
 
+VLLM_KV_DTYPES = ("bf16", "fp8")  # the design task's choice: the model's own 16 bits (--kv-cache-dtype auto) or fp8
+
+
+@cache
+def kv_dtype_costs() -> pd.DataFrame:
+    """What each KV cache dtype costs in quality, measured: KL divergence from the same engine's 16-bit cache
+    (nats/token) with its 95% interval, by engine and dtype (data/kv_quality.json: lab 04's quick runs on the labs'
+    Gemma 3 270M, with their provenance). The 16-bit caches cost nothing by definition: they are the reference."""
+    data = json.loads((DATA_DIR / "kv_quality.json").read_text())
+    rows = [{**row, "kl": 0.0, "kl_ci_low": 0.0, "kl_ci_high": 0.0} for row in data["references"]] + data["rows"]
+    return pd.DataFrame(rows).set_index(["engine", "kv_dtype"]).sort_index()
+
+
+def capacity_designs(
+    model: str, *, users: int, seq_len: int, gpu_memory_utilization: float, max_num_seqs: int | None = None
+) -> pd.DataFrame:
+    """Every catalogue card x vLLM KV dtype for `model` serving `users` sequences of `seq_len` tokens: the card's
+    memory (GiB), the sequences its KV pool holds at the overhead's high end (planner), and the dtype's measured KL
+    on vLLM (kv_dtype_costs). `works` when the pool holds `users`."""
+    costs = kv_dtype_costs().loc["vllm"]
+    rows = []
+    for gpu in gpu_names():
+        for kv_dtype in VLLM_KV_DTYPES:
+            plan = plan_capacity(
+                model,
+                seq_len,
+                kv_dtype=kv_dtype,
+                gpu=gpu,
+                gpu_memory_utilization=gpu_memory_utilization,
+                max_num_seqs=max_num_seqs or users,
+            )
+            cost = costs.loc[kv_dtype]
+            rows.append(
+                {
+                    "gpu": gpu,
+                    "kv_dtype": kv_dtype,
+                    "card_memory_gib": gpu_spec(gpu)["memory_gib"],
+                    "max_concurrency_low": plan.max_concurrency_low,
+                    "kl": cost["kl"],
+                    "kl_ci_low": cost["kl_ci_low"],
+                    "works": plan.max_concurrency_low >= users,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def best_capacity_design(table: pd.DataFrame, kl_budget: float) -> pd.Series | None:
+    """The design with the least card memory that works and whose KV dtype's KL stays under `kl_budget` (or whose
+    interval reaches under it); among equals, the 16-bit cache first."""
+    ok = table[table.works & (table.kl_ci_low < kl_budget)]
+    return None if ok.empty else ok.sort_values(["card_memory_gib", "kl"]).iloc[0]
+
+
 def check_capacity_design(
-    design: dict | str | None, *, users: int = 50, seq_len: int = 8192, gpu: str = "L40S", gpu_memory_utilization: float = 0.9
+    design: dict | str | None,
+    *,
+    model: str = "qwen2.5-7b",
+    users: int = 50,
+    seq_len: int = 8192,
+    gpu_memory_utilization: float = 0.9,
+    kl_budget: float = 0.01,
 ) -> bool | None:
-    """Lab 01's design task: `users` concurrent sequences of `seq_len` tokens on one `gpu`. `design` is
-    {"model", "kv_dtype", "max_num_seqs"} (and optionally "weight_dtype"); it works when the planner's KV pool
-    holds `users` sequences and max_num_seqs admits them."""
-    task = f"{users} users at {seq_len:,} tokens on one {gpu} (gpu_memory_utilization {gpu_memory_utilization})"
+    """Lab 01's design task: serve `users` concurrent sequences of `seq_len` tokens of `model` on the card with the
+    least memory (no prices are sourced: memory stands in for cost), with a KV cache whose measured quality cost
+    stays under `kl_budget` nats/token. `design` is {"gpu", "kv_dtype", "max_num_seqs"}; it works when the planner's
+    KV pool holds `users` sequences at the high end of its overhead estimate and max_num_seqs admits them."""
+    task = (
+        f"{users} users of {model} at {seq_len:,} tokens, KV quality within {kl_budget:g} nats/token "
+        f"(gpu_memory_utilization {gpu_memory_utilization})"
+    )
+    keys = ("gpu", "kv_dtype", "max_num_seqs")
     if design is None:
         print(
-            f"Design: not answered yet: {task}. Set design = {{'model': ..., 'kv_dtype': ..., 'max_num_seqs': ...}}. "
-            "Hint: the pool is what the weights leave (section 9); a smaller KV dtype or fewer KV heads (GQA) stretch it."
+            f"Design: not answered yet: {task}. Set design = {{'gpu': ..., 'kv_dtype': ..., 'max_num_seqs': ...}}. "
+            "Hint: the pool is what the weights leave (section 9); fp8 halves the cache and costs the KL in kv_dtype_costs()."
         )
         return None
+    table = capacity_designs(model, users=users, seq_len=seq_len, gpu_memory_utilization=gpu_memory_utilization)
+    best = best_capacity_design(table, kl_budget)
+    best_text = "none in the catalogue" if best is None else f"{best.gpu} with a {best.kv_dtype} KV cache"
     if asked_to_show(design):
-        print(
-            f"Design: {task}: the largest catalogue models that work: "
-            + "; ".join(_capacity_designs(users, seq_len, gpu, gpu_memory_utilization)[:3])
-        )
+        print(f"Design: {task}: the least card memory that does it: {best_text}, max_num_seqs >= {users}.")
         return False
-    if not isinstance(design, dict) or any(k not in design for k in ("model", "kv_dtype", "max_num_seqs")):
-        print(f"Design: {design!r} is not allowed; allowed: a dict with model, kv_dtype and max_num_seqs")
+    if not isinstance(design, dict) or any(k not in design for k in keys):
+        print(f"Design: {design!r} is not allowed; allowed: a dict with {', '.join(keys)}")
         return False
     try:
+        gpu, kv_dtype = gpu_spec(design["gpu"])["name"], dtype(design["kv_dtype"]).name
+        if kv_dtype not in VLLM_KV_DTYPES:
+            raise BadInput("kv_dtype", design["kv_dtype"], "vLLM caches K and V as: " + ", ".join(VLLM_KV_DTYPES))
         plan = plan_capacity(
-            design["model"],
+            model,
             seq_len,
-            kv_dtype=design["kv_dtype"],
-            weight_dtype=design.get("weight_dtype", "bf16"),
+            kv_dtype=kv_dtype,
             gpu=gpu,
             gpu_memory_utilization=gpu_memory_utilization,
+            max_num_seqs=positive_int("max_num_seqs", design["max_num_seqs"]),
         )
     except BadInput as exc:
         print(f"Design: {exc}")
         return False
-    fits = (
-        plan.max_concurrency_low >= users
-    )  # at the high end of the overhead's estimate: a design must not hang on the central value
-    admits = int(design["max_num_seqs"]) >= users
-    verdict = "works" if fits and admits else "does not work"
+    cost = kv_dtype_costs().loc[("vllm", kv_dtype)]
     why = [
-        f"the KV pool holds {plan.max_concurrency:,.1f} sequences of {seq_len:,} tokens at the central overhead "
-        f"estimate, {plan.max_concurrency_low:,.1f} at its high end"
+        f"the KV pool holds {plan.max_concurrency:,.1f} sequences at the central overhead estimate, "
+        f"{plan.max_concurrency_low:,.1f} at its high end"
     ]
+    fits, admits, good = plan.max_concurrency_low >= users, int(design["max_num_seqs"]) >= users, cost.kl_ci_low < kl_budget
     if not admits:
         why.append(f"max_num_seqs {design['max_num_seqs']} admits fewer than {users} at once")
+    if not good:
+        why.append(f"the {kv_dtype} cache costs {cost.kl:.4f} nats/token of KL (measured), over the budget")
     if plan.problem:
         why.append(plan.problem)
-    print(f"Design: {plan.model}, {plan.kv_dtype} KV on {plan.gpu}: {verdict} for {task}: " + "; ".join(why) + ".")
-    return fits and admits
-
-
-def _capacity_designs(users: int, seq_len: int, gpu: str, gpu_memory_utilization: float) -> list[str]:
-    """Catalogue models and KV dtypes whose pool holds `users` sequences, largest model first (bf16 KV before fp8)."""
-    from .models import catalogue
-
-    found = []
-    for entry in catalogue().values():
-        for kv_dtype in ("bf16", "fp8"):
-            plan = plan_capacity(
-                entry["name"], seq_len, kv_dtype=kv_dtype, gpu=gpu, gpu_memory_utilization=gpu_memory_utilization
-            )
-            if plan.max_concurrency_low >= users:
-                found.append((-(entry.get("params") or 0), kv_dtype != "bf16", entry["name"], kv_dtype, plan.max_concurrency_low))
-                break
-    return [
-        f"{name} with {kv} KV ({conc:,.1f} sequences at the overhead's high end), max_num_seqs >= {users}"
-        for *_, name, kv, conc in sorted(found)
-    ]
+    label = f"Design: {model}, {kv_dtype} KV on {gpu}"
+    if not (fits and admits and good):
+        print(f"{label}: does not work for {task}: " + "; ".join(why) + ".")
+        return False
+    if best is not None and gpu_spec(gpu)["memory_gib"] > best.card_memory_gib:
+        print(
+            f"{label}: works ({why[0]}), but a card with less memory does it too: least memory, not only enough, is "
+            f'the task (answer "{SHOW}" to see it).'
+        )
+        return False
+    print(f"{label}: correct: the least card memory ({gpu_spec(gpu)['memory_gib']:g} GiB) for {task}; {why[0]}.")
+    return True
 
 
 def check_client_design(design: dict | str | None, *, hint: str = "") -> bool | None:

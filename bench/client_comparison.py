@@ -17,7 +17,8 @@ prompts differ in content, not in length); the TTFT ratio is reported.
 
 vLLM's own client (`vllm bench serve`'s code, vllm/benchmarks/serve.py) runs from the vLLM venv that
 `make setup-vllm` builds, against each engine in turn (the same Gemma 3 270M on both), its per-request
-readings saved with --save-detailed; goal 5% on TPOT and throughput:
+readings saved with --save-detailed; goal 5% on TTFT, TPOT and throughput, TTFT in vLLM's client's own form
+(ended by the first chunk whose `choices` is non-empty, which the harness records beside its first-text TTFT):
 
     .venv/bin/python bench/client_comparison.py --client vllm [--engines llamacpp,vllm]
 """
@@ -50,6 +51,10 @@ from labs_lib.timing import RequestSpec, metrics_from_times
 from _common import header, verdict
 
 TOLERANCE = {"guidellm": 0.10, "vllm": 0.05}
+# the harness's TTFT form each client's TTFT is compared with (labs_lib.timing states both)
+TTFT_FORM = {"guidellm": "ttft_ms", "vllm": "ttft_first_choice_ms"}
+TTFT_FORM_LABEL = {"ttft_ms": "first text", "ttft_first_choice_ms": "first choices"}
+LABEL_WIDTH = 32
 EXPORT_TOKENIZER = """
 import sys
 from pathlib import Path
@@ -92,6 +97,8 @@ class Timed:
     ttft_s: float
     e2e_s: float
     output_tokens: int
+    # the harness's records only: TTFT to the first chunk with non-empty `choices`, text or not (vLLM's client's form)
+    ttft_first_choice_s: float | None = None
 
 
 def steady(requests: list[Timed], concurrency: int) -> dict:
@@ -101,8 +108,10 @@ def steady(requests: list[Timed], concurrency: int) -> dict:
     span = max(r.start_s + r.e2e_s for r in kept) - min(r.start_s for r in kept)
     # the labs' one TPOT definition, applied to either client's clock readings
     tpot_ms = [metrics_from_times([r.ttft_s, r.e2e_s], r.output_tokens)[1] for r in kept]
+    first_choice = [r.ttft_first_choice_s for r in kept if r.ttft_first_choice_s is not None]
     return {
         "ttft_ms": 1000 * float(np.median([r.ttft_s for r in kept])),
+        "ttft_first_choice_ms": 1000 * float(np.median(first_choice)) if first_choice else float("nan"),
         "tpot_ms": float(np.median(tpot_ms)),
         "output_tok_s": sum(r.output_tokens for r in kept) / span,
         "requests": len(kept),
@@ -274,7 +283,17 @@ def run_harness(
     res = run_blocking(run_load(endpoint, specs, concurrency=concurrency, progress=False))
     cpu_s = time.process_time() - cpu
     s = res.summary
-    timed = [Timed(r.sent_s, r.ttft_ms / 1000, r.e2e_ms / 1000, r.output_tokens) for r in res.records if r.ok]
+    timed = [
+        Timed(
+            r.sent_s,
+            r.ttft_ms / 1000,
+            r.e2e_ms / 1000,
+            r.output_tokens,
+            r.ttft_first_choice_ms / 1000 if r.ttft_first_choice_ms is not None else None,
+        )
+        for r in res.records
+        if r.ok
+    ]
     own = {"ttft_ms": s.ttft_ms.p50, "tpot_ms": s.tpot_ms.p50, "output_tok_s": s.output_throughput, "client_cpu_s": cpu_s}
     return timed, own, s.failed
 
@@ -313,12 +332,20 @@ def compare(client: str, other, engine, levels: list[int], args, checks: dict[st
             f"\n{engine.kind}, concurrency {level}: {shape[1]} requests x {args.rounds} interleaved rounds per client, "
             f"{args.prompt_tokens} prompt / {args.output_tokens} output tokens"
         )
-        print(f"  {'steady state':<16}{'harness':>10}{client:>10}{'ratio':>8}")
-        for key, label in (("ttft_ms", "median TTFT ms"), ("tpot_ms", "median TPOT ms"), ("output_tok_s", "output tok/s")):
-            ratio = b[key] / a[key]
-            print(f"  {label:<16}{a[key]:>10.1f}{b[key]:>10.1f}{ratio:>8.3f}")
-            if key != "ttft_ms":  # TTFT differences are reported, not judged: see docs/performance.md
+        print(f"  {'steady state':<{LABEL_WIDTH}}{'harness':>10}{client:>10}{'ratio':>8}")
+        # TTFT compared in the other client's own form: vLLM's client ends it at the first chunk with non-empty
+        # `choices` (a role-only chunk counts), GuideLLM at the first token; the harness records both
+        ours_ttft = TTFT_FORM[client]
+        rows = [(ours_ttft, "ttft_ms", f"median TTFT ms ({TTFT_FORM_LABEL[ours_ttft]})")]
+        rows += [(k, k, label) for k, label in (("tpot_ms", "median TPOT ms"), ("output_tok_s", "output tok/s"))]
+        for ours_key, key, label in rows:
+            ratio = b[key] / a[ours_key]
+            print(f"  {label:<{LABEL_WIDTH}}{a[ours_key]:>10.1f}{b[key]:>10.1f}{ratio:>8.3f}")
+            # GuideLLM's TTFT is reported, not judged: its first wave pays its start-up (docs/performance.md §5)
+            if key != "ttft_ms" or client == "vllm":
                 checks[f"{engine.kind} c={level}: steady {label} within {tolerance:.0%}"] = abs(ratio - 1) <= tolerance
+        other_form = "ttft_ms" if ours_ttft != "ttft_ms" else "ttft_first_choice_ms"
+        print(f"  {'harness TTFT ms (' + TTFT_FORM_LABEL[other_form] + ')':<{LABEL_WIDTH}}{a[other_form]:>10.1f}")
         print(f"  {client}'s first wave (left out above): median TTFT {np.median(first_wave):.0f} ms")
         print(
             f"  client CPU time: harness {cpu[0]:.1f} s, {client} {cpu[1]:.1f} s (its start-up included), "

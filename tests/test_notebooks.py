@@ -113,7 +113,12 @@ def test_notebook_runs_headlessly(notebook, tmp_path, canaries, capsys, monkeypa
 
 
 ON_VLLM = {  # what each lab must show when vLLM (on CPU here) is its engine
-    "02": ("started vllm", "role-only chunk at", "the harness's token counts equal the engine's /metrics counters"),
+    "02": (
+        "started vllm",
+        "role-only chunk at",
+        "the harness's token counts equal the engine's /metrics counters",
+        "ttft_first_choice_ms_p50",
+    ),
     "03": (
         "grids data/grids/vllm_cpu_*.yaml",
         "planned max concurrency",

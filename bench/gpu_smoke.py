@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import tempfile
 import time
 from pathlib import Path
@@ -133,6 +134,16 @@ def decode_tokens_per_s(device: str, layers: int, steps: int = 64) -> tuple[floa
     return tokens_per_s, weight_bytes + kv_cache(str(path), 4 + steps // 2, 1, "bf16").kv_bytes
 
 
+def cpu_decode_layers() -> int:
+    """Layers of the decode model on a CPU: enough that a step reads CACHE_MULTIPLE x the last-level cache (a
+    Llama-2-7B layer is 405 MB in bf16, its output head 262 MB), so decode reads DRAM as the measured roof does; one
+    layer fits in a 480-MiB L3 and ran at 119% of the roof."""
+    from labs_lib.roofline import CACHE_MULTIPLE, last_level_cache_bytes
+
+    layer_bytes, head_bytes = 405e6, 262e6
+    return max(1, math.ceil((CACHE_MULTIPLE * last_level_cache_bytes() - head_bytes) / layer_bytes))
+
+
 def tier_bare(device: str) -> dict[str, bool]:
     from labs_lib.roofline import measure_bandwidth
 
@@ -172,14 +183,17 @@ def tier_bare(device: str) -> dict[str, bool]:
         got, want = allocated_kv_bytes(path, max_len, batch, device), kv_cache(str(path), max_len, batch, "bf16").kv_bytes
         print(f"{name} ({layers} layers) KV cache on {device}: transformers allocated {got:,} B, kv_math {want:,} B")
         checks[f"{name}: kv_math equals the allocated cache to the byte"] = got == want
-    tokens_per_s, bytes_per_step = decode_tokens_per_s(device, layers=8 if device == "cuda" else 1)
+    tokens_per_s, bytes_per_step = decode_tokens_per_s(device, layers=8 if device == "cuda" else cpu_decode_layers())
     if device == "cpu":
         bandwidths.append(measure_bandwidth(buffer_mib=256).bytes_per_s)
     roof = max(bandwidths) / bytes_per_step
     print(
         f"decode at batch 1 on {device}: {tokens_per_s:,.1f} tokens/s, the bandwidth roof {roof:,.1f} ({tokens_per_s / roof:.0%})"
     )
-    checks["decode stays under the bandwidth roof (memory-bound)"] = 0.02 < tokens_per_s / roof <= 1.05
+    # on a CPU the roof is itself measured (numpy's streaming reads, +-5% between runs), and torch's decode reads as
+    # fast as it: at 102-108% of it on the Intel machines; a GPU's roof is the catalogue's peak
+    margin, within = (1.05, "") if device == "cuda" else (1.15, "; up to 15% over the measured roof")
+    checks[f"decode stays under the bandwidth roof (memory-bound{within})"] = 0.02 < tokens_per_s / roof <= margin
     return checks
 
 

@@ -1,10 +1,20 @@
 """The decode roofline: bytes per step, the bound, and the machine's measured read bandwidth."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from labs_lib.kv_math import kv_cache, weight_bytes
-from labs_lib.roofline import bound_tokens_per_s, decode_bytes_per_step, measure_bandwidth, roofline_row
+from labs_lib.roofline import (
+    CACHE_MULTIPLE,
+    bound_tokens_per_s,
+    decode_bytes_per_step,
+    last_level_cache_bytes,
+    measure_bandwidth,
+    roofline_row,
+    streamed_buffer_mib,
+)
 
 
 def test_llama_8b_on_an_h100_is_bounded_near_200_tokens_per_s():
@@ -130,3 +140,11 @@ def test_decode_cost_figure_shows_quadratic_work_without_the_cache_and_a_rising_
     weights_ms = weight_bytes(spec, "bf16") / 3.35e12 * 1000  # H100 SXM: 3.35 TB/s
     assert floor_ms[0] == pytest.approx(weights_ms, rel=0.01) and contexts[-1] == spec.max_position_embeddings
     assert len(fig.axes) == 2
+
+
+def test_the_bandwidth_buffer_outgrows_the_last_level_cache():
+    """A buffer that fits in the CPU's cache measures the cache: server CPUs report hundreds of MiB of L3 (480 MiB on
+    this project's Intel machines), so however small a buffer is asked for, at least 3x the largest cache is read."""
+    llc = last_level_cache_bytes()
+    assert llc >= 2**20 or not Path("/sys/devices/system/cpu/cpu0/cache").exists()  # Linux reports at least an L2
+    assert streamed_buffer_mib(1) * 2**20 >= CACHE_MULTIPLE * llc and streamed_buffer_mib(4096) == 4096

@@ -53,6 +53,7 @@ class FaultProxy:
         self.echoed: list[str] = []  # echo_auth: the bodies sent in the upstream's place
         self.connections = 0
         self.data_lines: dict[int, int] = {}  # open connection -> SSE data lines its response has relayed
+        self.open_writers: set[asyncio.StreamWriter] = set()  # both sides of every relayed connection, until closed
         ready = threading.Event()
         self.thread = threading.Thread(target=self._run, args=(ready,), daemon=True)
         self.thread.start()
@@ -87,6 +88,7 @@ class FaultProxy:
             return
 
         request_head = bytearray()
+        self.open_writers |= {client_w, up_w}
         self.connections += 1
         conn = self.connections
         self.data_lines[conn] = 0
@@ -125,11 +127,21 @@ class FaultProxy:
                 self.data_lines.pop(conn, None)
                 for w in (client_w, up_w):
                     w.close()
+                    self.open_writers.discard(w)
 
         await asyncio.gather(pump(client_r, up_w, False), pump(up_r, client_w, True))
 
     def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
+        """Reset every connection still open, then stop: an upstream left connected (its client gone when the loop
+        stops) would keep an engine generating for nobody, e.g. vLLM decoding two abandoned 1,800-token streams for
+        two minutes after the frozen-engine test."""
+
+        def abort_all_then_stop() -> None:
+            for writer in self.open_writers:
+                writer.transport.abort()  # its socket closes in a callback queued now, before the stop below
+            self.loop.call_soon(self.loop.stop)
+
+        self.loop.call_soon_threadsafe(abort_all_then_stop)
         self.thread.join(5)
 
     def __enter__(self) -> FaultProxy:

@@ -230,7 +230,7 @@ def test_serve_vllm_stops_on_sigint_mid_stream():
     """Ctrl-C while a client streams from vLLM (API server, engine core and worker running): `serve` exits 0 and
     says "stopped.", after printing what a user needs (URL, model id, the KV pool vLLM logged, its version).
     A SIGKILL of a vLLM tree is test_runner_mid_notebook's (the same guard, a deeper tree: runner, kernel, guard,
-    API server, core); SIGTERM takes serve's SIGINT path (cli/serve.py's on_term), proven on llama.cpp. A vLLM start
+    API server, core); SIGTERM takes serve's SIGINT path (cli/serve.py's StopRequested), proven on llama.cpp. A vLLM start
     costs a minute, so neither is made again here."""
     tag = f"serve-vllm-SIGINT-{os.getpid()}"
     code, printed = serve_then_signal(signal.SIGINT, "mid-stream", tag, engine="vllm")

@@ -29,7 +29,17 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import CHROMIUM, HOW_TO_GET_A_BROWSER, REPO, TAG_VARIABLE, browser_missing, tagged_pids, wait_for, wait_until_gone
+from conftest import (
+    CHROMIUM,
+    HOW_TO_GET_A_BROWSER,
+    REPO,
+    TAG_VARIABLE,
+    browser_missing,
+    listening_ports,
+    tagged_pids,
+    wait_for,
+    wait_until_gone,
+)
 
 from labs_lib.engines import free_port, guard
 from labs_lib.paths import DATA_DIR, runs_dir
@@ -283,6 +293,49 @@ def interrupt_mid_sweep_then_resume(tag: str, results: Path, kept_rows: list):
     return during
 
 
+RUNNING_CELL = """(() => {
+  const nb = window.jupyterapp.shell.currentWidget.content;
+  const i = nb.widgets.findIndex(c => c.model.type === 'code' && c.model.executionState === 'running');
+  return i < 0 ? null : {index: i, source: nb.widgets[i].model.sharedModel.getSource()};
+})()"""
+
+
+def _slots_processing(tag: str) -> int:
+    """Requests the llama.cpp servers of this JupyterLab's kernels are decoding now (their /slots)."""
+    busy = 0
+    for port in listening_ports(_engines(tag)):
+        with contextlib.suppress(httpx.HTTPError, ValueError):
+            busy += sum(bool(s.get("is_processing")) for s in httpx.get(f"http://127.0.0.1:{port}/slots", timeout=5).json())
+    return busy
+
+
+def interrupt_mid_load_then_run_on(tag: str, cell_needle: str = "concurrency_sweep("):
+    """What `during` does in lab 02: once the concurrency sweep's load generator has requests in the engine's slots,
+    Kernel -> Interrupt as the menu does; the run stops at that cell with the interrupt shown, the lab's engine is
+    still the only one running (the lab goes on using it) and it is left decoding nothing (the cancelled requests
+    closed their streams). Then Run All Below from that cell: the sweep runs again and the lab runs to its end."""
+
+    def during(page) -> None:
+        def mid_load() -> bool:
+            running = page.evaluate(RUNNING_CELL)
+            return bool(running and cell_needle in running["source"] and _slots_processing(tag))
+
+        wait_for(mid_load, 600, "the concurrency sweep's requests in the engine", 0.1)
+        engines = _engines(tag)
+        page.evaluate("window.jupyterapp.commands.execute('notebook:interrupt-kernel')")
+        page.wait_for_function("window.labsRun.state !== 'running'", timeout=120_000)
+        status = "window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status"
+        wait_for(lambda: page.evaluate(ERROR_CELL) and page.evaluate(status) == "idle", 120, "the interrupt shown", 0.2)
+        stopped = page.evaluate(ERROR_CELL)
+        assert stopped["ename"] in ("KeyboardInterrupt", "CancelledError"), stopped
+        assert cell_needle in page.locator(".jp-Notebook .jp-Cell").nth(stopped["index"]).text_content(), stopped
+        assert _engines(tag) == engines and len(engines) == 1, (engines, _engines(tag))
+        wait_for(lambda: _slots_processing(tag) == 0, 60, "the interrupted requests to leave the engine", 0.2)
+        launch(page, "notebook:run-all-below")
+
+    return during
+
+
 def wait_until_engines_gone(tag: str, timeout_s: float = 60.0) -> list[int]:
     deadline = time.monotonic() + timeout_s
     while (left := _engines(tag)) and time.monotonic() < deadline:  # stop() waits for the group; /proc may lag
@@ -347,8 +400,9 @@ def test_lab02_latency_explorer_in_jupyterlab(jupyterlab):
     from labs_lib.paths import RESULTS_DIR
 
     started = time.time()
+    during = interrupt_mid_load_then_run_on(jupyterlab[2])
     with explorer_after_run_all(
-        jupyterlab, "02_streaming_timing.ipynb", ".latency-explorer", ".latency-readout", limit_s=900
+        jupyterlab, "02_streaming_timing.ipynb", ".latency-explorer", ".latency-readout", limit_s=900, during=during
     ) as (_page, explorer):
 
         def shown_now():

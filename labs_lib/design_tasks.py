@@ -154,7 +154,9 @@ def capacity_designs(
                     "gpu": gpu,
                     "kv_dtype": kv_dtype,
                     "card_memory_gib": gpu_spec(gpu)["memory_gib"],
+                    "max_concurrency": plan.max_concurrency,
                     "max_concurrency_low": plan.max_concurrency_low,
+                    "problem": plan.problem,
                     "kl": cost["kl"],
                     "kl_ci_low": cost["kl_ci_low"],
                     "works": plan.max_concurrency_low >= users,
@@ -207,31 +209,28 @@ def check_capacity_design(
         gpu, kv_dtype = gpu_spec(design["gpu"])["name"], dtype(design["kv_dtype"]).name
         if kv_dtype not in VLLM_KV_DTYPES:
             raise BadInput("kv_dtype", design["kv_dtype"], "vLLM caches K and V as: " + ", ".join(VLLM_KV_DTYPES))
-        plan = plan_capacity(
-            model,
-            seq_len,
-            kv_dtype=kv_dtype,
-            gpu=gpu,
-            gpu_memory_utilization=gpu_memory_utilization,
-            max_num_seqs=positive_int("max_num_seqs", design["max_num_seqs"]),
-        )
+        max_num_seqs = positive_int("max_num_seqs", design["max_num_seqs"])
     except BadInput as exc:
         print(f"Design: {exc}")
         return False
-    cost = kv_dtype_costs().loc[("vllm", kv_dtype)]
+    # the design's own max_num_seqs sizes the profile run's sampler peak, so its pool is planned with it
+    ours = capacity_designs(
+        model, users=users, seq_len=seq_len, gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs
+    )
+    row = ours[(ours.gpu == gpu) & (ours.kv_dtype == kv_dtype)].iloc[0]
     why = [
-        f"the KV pool holds {plan.max_concurrency:,.1f} sequences at the central overhead estimate, "
-        f"{plan.max_concurrency_low:,.1f} at its high end"
+        f"the KV pool holds {row.max_concurrency:,.1f} sequences at the central overhead estimate, "
+        f"{row.max_concurrency_low:,.1f} at its high end"
     ]
-    fits, admits, good = plan.max_concurrency_low >= users, int(design["max_num_seqs"]) >= users, cost.kl_ci_low < kl_budget
+    admits, good = max_num_seqs >= users, row.kl_ci_low < kl_budget
     if not admits:
-        why.append(f"max_num_seqs {design['max_num_seqs']} admits fewer than {users} at once")
+        why.append(f"max_num_seqs {max_num_seqs} admits fewer than {users} at once")
     if not good:
-        why.append(f"the {kv_dtype} cache costs {cost.kl:.4f} nats/token of KL (measured), over the budget")
-    if plan.problem:
-        why.append(plan.problem)
+        why.append(f"the {kv_dtype} cache costs {row.kl:.4f} nats/token of KL (measured), over the budget")
+    if isinstance(row.problem, str):  # the planner's reason a card cannot serve the model at all (else None)
+        why.append(row.problem)
     label = f"Design: {model}, {kv_dtype} KV on {gpu}"
-    if not (fits and admits and good):
+    if not (row.works and admits and good):
         print(f"{label}: does not work for {task}: " + "; ".join(why) + ".")
         return False
     if best is not None and gpu_spec(gpu)["memory_gib"] > best.card_memory_gib:

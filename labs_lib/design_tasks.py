@@ -121,11 +121,15 @@ VLLM_KV_DTYPES = ("bf16", "fp8")  # the design task's choice: the model's own 16
 
 
 @cache
+def _kv_quality() -> dict:
+    return json.loads((DATA_DIR / "kv_quality.json").read_text())
+
+
 def kv_dtype_costs() -> pd.DataFrame:
     """What each KV cache dtype costs in quality, measured: KL divergence from the same engine's 16-bit cache
     (nats/token) with its 95% interval, by engine and dtype (data/kv_quality.json: lab 04's quick runs on the labs'
     Gemma 3 270M, with their provenance). The 16-bit caches cost nothing by definition: they are the reference."""
-    data = json.loads((DATA_DIR / "kv_quality.json").read_text())
+    data = _kv_quality()
     rows = [{**row, "kl": 0.0, "kl_ci_low": 0.0, "kl_ci_high": 0.0} for row in data["references"]] + data["rows"]
     return pd.DataFrame(rows).set_index(["engine", "kv_dtype"]).sort_index()
 
@@ -243,9 +247,11 @@ def check_capacity_design(
     return True
 
 
-def check_client_design(design: dict | str | None, *, hint: str = "") -> bool | None:
+def check_client_design(design: dict | str | None, *, hint: str = "", timeout_s: float = 60.0) -> bool | None:
     """Lab 05's design task: a client configuration {"base_url", "api_key_env", "model"} that the doctor passes
-    (no check fails or warns). The key itself is named by its environment variable, never written in the design."""
+    (no check fails or warns). The key itself is named by its environment variable, never written in the design.
+    timeout_s: per request, longer than the doctor's own 15 s: the task grades a configuration, not the machine's
+    speed, and a busy 2-core machine took longer than 15 s to answer the completion check."""
     keys = ("base_url", "api_key_env", "model")
     if design is None:
         print(f"Design: not answered yet: set design = {{'base_url': ..., 'api_key_env': ..., 'model': ...}}. {hint}")
@@ -263,7 +269,8 @@ def check_client_design(design: dict | str | None, *, hint: str = "") -> bool | 
     from .endpoints import Endpoint
 
     try:
-        report = run_doctor(Endpoint("design", str(design["base_url"]), design["model"], design["api_key_env"]))
+        endpoint = Endpoint("design", str(design["base_url"]), design["model"], design["api_key_env"])
+        report = run_doctor(endpoint, timeout_s=timeout_s)
     except BadInput as exc:
         print(f"Design: {exc}")
         return False

@@ -1,6 +1,7 @@
 """The design tasks judge a participant's proposal with the lab's own numbers: the planner (lab 01), measured
 sweep rows (labs 02-04; here lab 03's real sweep, tests/fixtures/sweeps/README.md) and the doctor (lab 05)."""
 
+import functools
 import importlib.util
 import json
 from pathlib import Path
@@ -121,12 +122,13 @@ def test_a_client_design_is_judged_by_the_doctor(monkeypatch, capsys):
     monkeypatch.setenv("DESIGN_KEY", fake_key("design-"))
     with LlamaCppEngine(EngineConfig(ctx=1024, parallel=1, api_key_env="DESIGN_KEY")) as engine:
         right = {"base_url": engine.base_url, "api_key_env": "DESIGN_KEY", "model": engine.model_id}
-        assert check_client_design(right) is True, capsys.readouterr().out
-        assert check_client_design({**right, "api_key_env": "NO_SUCH_VARIABLE"}) is False
+        check = functools.partial(check_client_design, timeout_s=300)  # a bound on a hang: a busy machine is slow
+        assert check(right) is True, capsys.readouterr().out
+        assert check({**right, "api_key_env": "NO_SUCH_VARIABLE"}) is False
         assert "fails" in capsys.readouterr().out
-        assert check_client_design({**right, "model": "claude-3-5-sonnet"}) is False  # llama.cpp answers; the doctor warns
+        assert check({**right, "model": "claude-3-5-sonnet"}) is False  # llama.cpp answers; the doctor warns
         assert "'5 model' warns" in capsys.readouterr().out
-        assert check_client_design({**right, "base_url": engine.base_url.removesuffix("/v1") + "/api"}) is False
+        assert check({**right, "base_url": engine.base_url.removesuffix("/v1") + "/api"}) is False
     assert "design-" not in capsys.readouterr().out  # the key is never shown
 
 

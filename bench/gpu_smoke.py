@@ -136,11 +136,15 @@ def decode_tokens_per_s(device: str, layers: int, steps: int = 64) -> tuple[floa
 
 def cpu_decode_layers() -> int:
     """Layers of the decode model on a CPU: enough that a step reads CACHE_MULTIPLE x the last-level cache (a
-    Llama-2-7B layer is 405 MB in bf16, its output head 262 MB), so decode reads DRAM as the measured roof does; one
-    layer fits in a 480-MiB L3 and ran at 119% of the roof."""
+    Llama-2-7B layer is 405 MB in bf16, its output head 262 MB: from the catalogue's exact parameter count), so decode
+    reads DRAM as the measured roof does; one layer fits in a 480-MiB L3 and ran at 119% of the roof."""
+    from labs_lib.models import load_model
     from labs_lib.roofline import CACHE_MULTIPLE, last_level_cache_bytes
 
-    layer_bytes, head_bytes = 405e6, 262e6
+    llama = load_model("llama-2-7b")
+    embedding = llama.vocab_size * llama.hidden_size  # the input embedding and the untied output head, each
+    head_bytes = 2 * embedding
+    layer_bytes = 2 * (llama.params - 2 * embedding - llama.hidden_size) / llama.num_layers  # less the final norm
     return max(1, math.ceil((CACHE_MULTIPLE * last_level_cache_bytes() - head_bytes) / layer_bytes))
 
 

@@ -4,7 +4,8 @@ each move the figure must change and the readouts must equal the library's numbe
 page shows. Labs 02, 03 and 04 are run whole (quick sizes, the embedded engine) and their explorers'
 controls moved; each readout must equal what the test computes from the results the run wrote (lab 02's
 request records, lab 03's sweeps, lab 04's comparison). Lab 03 is interrupted once mid-sweep (Kernel -> Interrupt) and
-run on from that cell: no engine outlives the interrupt and the sweep resumes. These are labs 02-04's runs on the embedded engine: the
+run on from that cell: no engine outlives the interrupt and the sweep resumes. Lab 02's kernel is restarted once its
+engine runs (no engine outlives the old kernel; Run All works on the new one), and it is interrupted mid-load. These are labs 02-04's runs on the embedded engine: the
 headless runner runs them too only where no browser can (tests/test_notebooks.py). No cell may show an error. Screenshots of each state go to runs/browser/. Afterwards JupyterLab, its kernels and the
 engines they started are gone.
 
@@ -336,6 +337,30 @@ def interrupt_mid_load_then_run_on(tag: str, cell_needle: str = "concurrency_swe
     return during
 
 
+def restart_once_its_engine_runs_then(tag: str, after, start_needle: str = "ExitStack()"):
+    """What `during` does first in lab 02: once the lab's engine is up and a later cell runs, Kernel -> Restart
+    Kernel as the menu does (its dialog accepted); the engine the old kernel held open across cells (in an ExitStack
+    closed only by the last cell) is gone with that kernel, and no other is running. Then Run All from the top on the
+    new kernel, and `after(page)` for the rest of the run."""
+
+    def during(page) -> None:
+        def past_its_start() -> bool:
+            running = page.evaluate(RUNNING_CELL)
+            return bool(running and start_needle not in running["source"] and len(_engines(tag)) == 1)
+
+        wait_for(past_its_start, 600, "the lab's engine running and a later cell started", 0.1)
+        # the menu's item; it asks first, and its promise waits for the answer, so it is not awaited here
+        page.evaluate("() => { window.jupyterapp.commands.execute('kernelmenu:restart'); }")
+        page.locator(".jp-Dialog .jp-mod-accept").click()
+        assert not wait_until_engines_gone(tag), "an engine outlived Kernel -> Restart"
+        status = "window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status"
+        wait_for(lambda: page.evaluate(status) == "idle", 120, "the restarted kernel", 0.2)
+        launch(page, "notebook:run-all-cells")
+        after(page)
+
+    return during
+
+
 def wait_until_engines_gone(tag: str, timeout_s: float = 60.0) -> list[int]:
     deadline = time.monotonic() + timeout_s
     while (left := _engines(tag)) and time.monotonic() < deadline:  # stop() waits for the group; /proc may lag
@@ -390,7 +415,8 @@ def _moved(explorer, shown_now, act, what: str):
 
 
 def test_lab02_latency_explorer_in_jupyterlab(jupyterlab):
-    """Lab 02 run whole in the browser (quick sizes, the embedded engine), then its latency explorer: metric,
+    """Lab 02 in the browser (quick sizes, the embedded engine): its kernel restarted once the engine runs, then run
+    whole, interrupted mid-load and run on (restart_once_its_engine_runs_then), then its latency explorer: metric,
     percentile and concurrency moved; each readout equals the percentile the test takes (numpy, as vLLM's
     benchmark does) over the request records the run saved."""
 
@@ -400,7 +426,7 @@ def test_lab02_latency_explorer_in_jupyterlab(jupyterlab):
     from labs_lib.paths import RESULTS_DIR
 
     started = time.time()
-    during = interrupt_mid_load_then_run_on(jupyterlab[2])
+    during = restart_once_its_engine_runs_then(jupyterlab[2], interrupt_mid_load_then_run_on(jupyterlab[2]))
     with explorer_after_run_all(
         jupyterlab, "02_streaming_timing.ipynb", ".latency-explorer", ".latency-readout", limit_s=900, during=during
     ) as (_page, explorer):

@@ -152,9 +152,19 @@ def sweep_params(grid: Grid) -> dict[str, Any]:
                 {"max_concurrency": level["concurrency"]} if "concurrency" in level else {"request_rate": level["request_rate"]}
             )
             name = bench_label(workload.name, level)
-            # ignore_eos: every request decodes max_tokens, as the labs' load does
+            # ignore_eos: every request decodes max_tokens, as the labs' load does. temperature 0: the labs' requests
+            # are greedy (RequestSpec), and vLLM's client sends no temperature unless told, so the server would sample
+            # (random numbers over the whole vocabulary per sequence and step): 1.3x the TPOT of greedy decode at 8
+            # sequences on 2 CPU cores (docs/performance.md §13)
             bench_params.append(
-                {"_benchmark_name": name, **prompts, "num_prompts": workload.requests, "ignore_eos": True, **load}
+                {
+                    "_benchmark_name": name,
+                    **prompts,
+                    "num_prompts": workload.requests,
+                    "ignore_eos": True,
+                    "temperature": 0,
+                    **load,
+                }
             )
     first = parsed[0][1]
     return {

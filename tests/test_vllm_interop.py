@@ -82,6 +82,8 @@ def test_vllms_sweep_reads_the_export_back_into_each_configurations_own_command(
     bench_cmd = bench[0].apply_to_cmd(shlex.split(command[command.index("--bench-cmd") + 1]))
     workload = grid.workloads[0]
     assert "--ignore-eos" in bench_cmd and str(workload.requests) == bench_cmd[bench_cmd.index("--num-prompts") + 1]
+    # greedy, as the labs' requests are: vLLM's client sends no temperature otherwise, and the server samples
+    assert bench_cmd[bench_cmd.index("--temperature") + 1] == "0"
     assert "--tokenizer" in bench_cmd  # the local model folder: no hub
 
 

@@ -121,6 +121,21 @@ def open_endpoint(
         yield Endpoint("local", server.base_url, model or server.model_id, server.config.api_key_env), server
 
 
+_LAB_STACK: contextlib.ExitStack | None = None
+
+
+def lab_stack() -> contextlib.ExitStack:
+    """The ExitStack a notebook's engines live on across cells (the lab's last cell closes it). Called again, as
+    when a participant re-runs the cell that starts the lab's engine, it first closes the stack it gave before: one
+    engine runs, not one per run of that cell (the old one would run until the kernel ends while any object still
+    refers to it)."""
+    global _LAB_STACK
+    if _LAB_STACK is not None:
+        _LAB_STACK.close()
+    _LAB_STACK = contextlib.ExitStack()
+    return _LAB_STACK
+
+
 def endpoint_for(engine) -> Endpoint:
     """The endpoint of an engine the labs started."""
     return Endpoint("local", engine.base_url, engine.model_id, engine.config.api_key_env)

@@ -1,18 +1,20 @@
 """What the KV cache buys, measured: the same tokens generated with the cache, and one request
 per token with prompt caching off (every step reruns the whole forward pass over the context).
 
-Uses llama.cpp's native /completion API (token ids in, token ids out), so it runs on the
-embedded engine.
+Uses llama.cpp's native /completion API (token ids in, token ids out): an engine that serves token ids
+(Engine.serves_token_ids), the lab's own or one started for it (token_id_engine).
 """
 
 from __future__ import annotations
 
 import time
+from contextlib import ExitStack
 from itertools import pairwise
 
 import httpx
 import pandas as pd
 
+from .engines import KINDS, Engine, EngineConfig, engine_class, make_engine
 from .engines.llamacpp_api import LlamaCppAPI
 from .progress import bar as tqdm
 
@@ -33,6 +35,15 @@ def _stream_tokens(api: LlamaCppAPI, client: httpx.Client, prompt_ids: list[int]
             tokens.extend(chunk["tokens"])
             times.append(t)
     return tokens, times
+
+
+def token_id_engine(server: Engine | None, stack: ExitStack, ctx: int = 2048) -> Engine:
+    """An engine for cache_on_off: the lab's own when it serves token ids, else the first kind that does, started
+    with a `ctx`-token context on `stack` (so it stops with the lab's other engines)."""
+    if server is not None and server.serves_token_ids:
+        return server
+    kind = next(k for k in KINDS if engine_class(k).serves_token_ids)
+    return stack.enter_context(make_engine(kind, EngineConfig(ctx=ctx)))
 
 
 def cache_on_off(

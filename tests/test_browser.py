@@ -5,7 +5,8 @@ page shows. Labs 02, 03 and 04 are run whole (quick sizes, the embedded engine) 
 controls moved; each readout must equal what the test computes from the results the run wrote (lab 02's
 request records, lab 03's sweeps, lab 04's comparison). Lab 03 is interrupted once mid-sweep (Kernel -> Interrupt) and
 run on from that cell: no engine outlives the interrupt and the sweep resumes. Lab 02's kernel is restarted once its
-engine runs (no engine outlives the old kernel; Run All works on the new one), and it is interrupted mid-load. These are labs 02-04's runs on the embedded engine: the
+engine runs (no engine outlives the old kernel; Run All works on the new one), interrupted mid-load, and, once done,
+its engine's cell re-run twice out of order and then its last cell (one engine, then none). These are labs 02-04's runs on the embedded engine: the
 headless runner runs them too only where no browser can (tests/test_notebooks.py). No cell may show an error. Screenshots of each state go to runs/browser/. Afterwards JupyterLab, its kernels and the
 engines they started are gone.
 
@@ -429,7 +430,7 @@ def test_lab02_latency_explorer_in_jupyterlab(jupyterlab):
     during = restart_once_its_engine_runs_then(jupyterlab[2], interrupt_mid_load_then_run_on(jupyterlab[2]))
     with explorer_after_run_all(
         jupyterlab, "02_streaming_timing.ipynb", ".latency-explorer", ".latency-readout", limit_s=900, during=during
-    ) as (_page, explorer):
+    ) as (page, explorer):
 
         def shown_now():
             return explorer.locator("img").get_attribute("src"), " ".join(
@@ -464,6 +465,38 @@ def test_lab02_latency_explorer_in_jupyterlab(jupyterlab):
         for i, (name, act) in enumerate(steps):
             agrees(_moved(explorer, shown_now, act, name))
             explorer.screenshot(path=str(SHOTS / f"lab02-{i + 1}-{name}.png"))
+        out_of_order(page, jupyterlab[2])
+
+
+def out_of_order(page, tag: str) -> None:
+    """Lab 02 done (its last cell stopped the engine), cells re-run out of order as a participant might: the engine's
+    cell twice, then the last cell. Exactly one engine runs after each run of the engine's cell (the second run
+    stops the first run's engine: endpoints.lab_stack), and none after the last cell."""
+    for _ in range(2):
+        run_cell_alone(page, "stack = lab_stack()")
+        wait_for(lambda: len(_engines(tag)) == 1, 60, "exactly one engine", 0.2)
+    run_cell_alone(page, "stack.close()")
+    assert not wait_until_engines_gone(tag), "an engine outlived the lab's last cell"
+
+
+def run_cell_alone(page, needle: str) -> None:
+    """Select the code cell whose source holds `needle` and run it alone (Run -> Run Selected Cell and Do not
+    Advance), waiting for an idle kernel; no cell may show an error."""
+    index = page.evaluate(
+        """needle => {
+            const nb = window.jupyterapp.shell.currentWidget.content;
+            const i = nb.widgets.findIndex(c => c.model.type === 'code' && c.model.sharedModel.getSource().includes(needle));
+            if (i >= 0) { nb.activeCellIndex = i; nb.deselectAll(); }
+            return i;
+        }""",
+        needle,
+    )
+    assert index >= 0, f"no code cell holds {needle!r}"
+    launch(page, "notebook:run-cell")
+    page.wait_for_function("window.labsRun.state !== 'running'", timeout=LOAD_S * 1000)
+    status = "window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status"
+    wait_for(lambda: page.evaluate(status) == "idle", LOAD_S, "the cell's run", 0.2)
+    assert page.locator('[data-mime-type="application/vnd.jupyter.error"]').count() == 0, "a cell shows an error"
 
 
 def test_lab04_quant_explorer_in_jupyterlab(jupyterlab):

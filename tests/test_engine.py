@@ -60,6 +60,22 @@ def test_context_manager_stops_on_error():
     assert gone(pid)
 
 
+def test_the_lab_stack_taken_again_stops_the_engine_it_held_even_while_referred_to():
+    """A participant re-runs the cell that starts the lab's engine (`stack = lab_stack()`) after later cells kept a
+    reference to the engine (lab 02's `kv_engine = server`): the engine the old stack held stops at once, rather than
+    running until the kernel ends beside the new one."""
+    from labs_lib.endpoints import lab_stack
+
+    kept = lab_stack().enter_context(LlamaCppEngine(EngineConfig()))  # the reference a later cell keeps
+    pid = kept.pid
+    again = lab_stack()
+    assert gone(pid)
+    new = again.enter_context(LlamaCppEngine(EngineConfig()))
+    assert new.proc.poll() is None  # the one the lab uses now runs
+    again.close()  # the lab's last cell
+    assert gone(new.pid)
+
+
 def test_quantized_v_without_flash_attention_fails_fast_with_the_engines_words():
     start = time.monotonic()
     with pytest.raises(EngineError, match="quantized V cache requires flash_attn"):

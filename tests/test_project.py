@@ -287,7 +287,11 @@ def test_no_library_function_is_longer_than_80_lines():
 
 def test_only_the_engines_ask_which_engine_they_hold():
     # an engine name compared, or an engine's kind compared with a variable (a stream line's kind == "role" is not one)
-    branching = re.compile(r"""(==|!=)\s*["'](llamacpp|vllm)["']|["'](llamacpp|vllm)["']\s*(==|!=)|\.kind\s*(==|!=)\s*[^"'\s]""")
+    # or an engine's class tested (isinstance(server, LlamaCppEngine)): the engines' class attributes say what each can do
+    branching = re.compile(
+        r"""(==|!=)\s*["'](llamacpp|vllm)["']|["'](llamacpp|vllm)["']\s*(==|!=)|\.kind\s*(==|!=)\s*[^"'\s]"""
+        r"""|isinstance\([^)]*(LlamaCppEngine|VLLMEngine)"""
+    )
     found = [
         f"{p.relative_to(REPO)}:{i}"
         for p in (REPO / "labs_lib").rglob("*.py")

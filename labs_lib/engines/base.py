@@ -134,6 +134,8 @@ class Engine:
     # lab 04's comparison: True, weight variants of the shipped GGUF built here (labs_lib.quant) and served one by
     # one; False, configurations of one checkpoint the engine quantizes itself (dtype, online quantization, KV dtype)
     builds_weight_variants: ClassVar[bool] = False
+    # llama.cpp's native /completion: token ids in and out, the prompt cache switchable per request (kv_effect)
+    serves_token_ids: ClassVar[bool] = False
 
     def __init__(self, config: EngineConfig | None = None):
         self.config = (config or EngineConfig()).validated()

@@ -125,6 +125,7 @@ class LlamaCppEngine(Engine):
 
     kind = "llamacpp"
     builds_weight_variants = True
+    serves_token_ids = True
     counters = TokenCounters(
         "llamacpp:prompt_tokens_total", "llamacpp:prompt_tokens_cached_total", "llamacpp:tokens_predicted_total", False
     )

@@ -338,13 +338,18 @@ def interrupt_mid_load_then_run_on(tag: str, cell_needle: str = "concurrency_swe
     return during
 
 
-def restart_once_its_engine_runs_then(tag: str, after, start_needle: str = "ExitStack()"):
+def restart_once_its_engine_runs_then(tag: str, after, start_needle: str = "stack = lab_stack()"):
     """What `during` does first in lab 02: once the lab's engine is up and a later cell runs, Kernel -> Restart
     Kernel as the menu does (its dialog accepted); the engine the old kernel held open across cells (in an ExitStack
     closed only by the last cell) is gone with that kernel, and no other is running. Then Run All from the top on the
     new kernel, and `after(page)` for the rest of the run."""
 
     def during(page) -> None:
+        holds = (
+            "n => window.jupyterapp.shell.currentWidget.content.widgets.some(c => c.model.sharedModel.getSource().includes(n))"
+        )
+        assert page.evaluate(holds, start_needle), f"no cell holds {start_needle!r}: the restart would not wait for it"
+
         def past_its_start() -> bool:
             running = page.evaluate(RUNNING_CELL)
             return bool(running and start_needle not in running["source"] and len(_engines(tag)) == 1)

@@ -138,13 +138,14 @@ def cpu_decode_layers() -> int:
     """Layers of the decode model on a CPU: enough that a step reads CACHE_MULTIPLE x the last-level cache (a
     Llama-2-7B layer is 405 MB in bf16, its output head 262 MB: from the catalogue's exact parameter count), so decode
     reads DRAM as the measured roof does; one layer fits in a 480-MiB L3 and ran at 119% of the roof."""
+    from labs_lib.kv_math import weight_bytes
     from labs_lib.models import load_model
     from labs_lib.roofline import CACHE_MULTIPLE, last_level_cache_bytes
 
     llama = load_model("llama-2-7b")
-    embedding = llama.vocab_size * llama.hidden_size  # the input embedding and the untied output head, each
-    head_bytes = 2 * embedding
-    layer_bytes = 2 * (llama.params - 2 * embedding - llama.hidden_size) / llama.num_layers  # less the final norm
+    model_bytes = weight_bytes(llama, "bf16")
+    head_bytes = model_bytes / llama.params * llama.vocab_size * llama.hidden_size  # as big as the input embedding
+    layer_bytes = (model_bytes - 2 * head_bytes) / llama.num_layers  # the final norm's 4,096 weights left in
     return max(1, math.ceil((CACHE_MULTIPLE * last_level_cache_bytes() - head_bytes) / layer_bytes))
 
 

@@ -4,7 +4,7 @@ Memory: a decode step of one sequence reads every weight once plus the sequence'
 tokens/s <= read bandwidth / bytes per step. Compute: each variant's arithmetic rate on this machine is
 its own prefill speed (the server's prompt timings for a long uncached prompt: the same kernels, a whole
 prompt per step), an upper bound on the tokens/s its decode can compute. This script measures the
-machine's read bandwidth (labs_lib.roofline.measure_bandwidth, all cores; a single-thread copy is printed
+machine's read bandwidth (labs_lib.roofline.measure_bandwidth, all cores; a single-thread read is printed
 for reference), the bytes per step of each variant (GGUF tensor bytes + f16 KV at the mean decode
 context), its prefill speed, and the engine's tokens/s at concurrency 1 (1000 / median TPOT). Goal: the
 default configuration (the shipped Q4_K_M, engine defaults) at >= 70% of the lower roof. Diagnostics for the default, in interleaved

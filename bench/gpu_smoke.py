@@ -137,7 +137,7 @@ def decode_tokens_per_s(device: str, layers: int, steps: int = 64) -> tuple[floa
 def cpu_decode_layers() -> int:
     """Layers of the decode model on a CPU: enough that a step reads CACHE_MULTIPLE x the last-level cache (a
     Llama-2-7B layer is 405 MB in bf16, its output head 262 MB: from the catalogue's exact parameter count), so decode
-    reads DRAM as the measured roof does; one layer fits in a 480-MiB L3 and ran at 119% of the roof."""
+    reads DRAM as the measured roof does; one layer fits in a 480-MiB L3 and ran faster than DRAM allows."""
     from labs_lib.kv_math import weight_bytes
     from labs_lib.models import load_model
     from labs_lib.roofline import CACHE_MULTIPLE, last_level_cache_bytes
@@ -195,10 +195,9 @@ def tier_bare(device: str) -> dict[str, bool]:
     print(
         f"decode at batch 1 on {device}: {tokens_per_s:,.1f} tokens/s, the bandwidth roof {roof:,.1f} ({tokens_per_s / roof:.0%})"
     )
-    # on a CPU the roof is itself measured (numpy's streaming reads, +-5% between runs), and torch's decode reads as
-    # fast as it: at 102-108% of it on the Intel machines; a GPU's roof is the catalogue's peak
-    margin, within = (1.05, "") if device == "cuda" else (1.15, "; up to 15% over the measured roof")
-    checks[f"decode stays under the bandwidth roof (memory-bound{within})"] = 0.02 < tokens_per_s / roof <= margin
+    # on a CPU the roof is itself measured (numpy's summing reads, +-3% between runs; torch's decode reached 65% of it
+    # on the Intel machines); a GPU's roof is the catalogue's peak
+    checks["decode stays under the bandwidth roof (memory-bound; up to 5% over it)"] = 0.02 < tokens_per_s / roof <= 1.05
     return checks
 
 

@@ -277,6 +277,16 @@ async def closed_loop(send: Callable[[int], Awaitable[Any]], num_requests: int, 
     return answers
 
 
+def one_at_a_time_mean_ttft_ms(ttft_alone_ms: float, e2e_alone_ms: float, concurrency: int, requests: int) -> float:
+    """Mean TTFT (ms) when `concurrency` closed-loop users send `requests` requests to an engine that serves one at a
+    time, first come first served, each request taking e2e_alone_ms (its TTFT alone ttft_alone_ms). The first
+    `concurrency` are sent at once and request k of them waits for the k ahead of it; every later one is sent as
+    one finishes, behind the concurrency - 1 still queued. Mean wait = e2e_alone x (C(C-1)/2 + (N-C)(C-1)) / N."""
+    c = min(positive_int("concurrency", concurrency), positive_int("requests", requests))
+    waits = c * (c - 1) / 2 + (requests - c) * (c - 1)  # in units of one request's service time
+    return ttft_alone_ms + e2e_alone_ms * waits / requests
+
+
 async def run_load(
     endpoint: Endpoint,
     specs: list[RequestSpec],

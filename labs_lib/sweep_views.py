@@ -6,6 +6,9 @@ import pandas as pd
 
 from .engines import engine_class
 from .engines.metrics import cache_hit_rate
+from .errors import BadInput
+from .kv_math import DTYPES, MIB, kv_cache
+from .load import one_at_a_time_mean_ttft_ms
 
 LOAD_COLUMNS = {
     "summary.output_throughput": "tok/s",
@@ -102,6 +105,56 @@ def best_by_goodput(df: pd.DataFrame) -> pd.Series | None:
     if ok.empty:
         return None
     return load_table(ok).sort_values(["goodput req/s", "tok/s"], ascending=False).iloc[0]
+
+
+def one_slot_queue(df: pd.DataFrame) -> dict | None:
+    """The batching sweep's one-sequence configuration (the fewest `parallel`) at concurrency 1 and at the highest
+    concurrency measured: its mean TTFT and E2E alone, the mean TTFT measured under load, and what a first-come,
+    first-served queue predicts from the run alone (load.one_at_a_time_mean_ttft_ms). None without both points."""
+    ok = df[df["status"] == "ok"]
+    if "config.parallel" not in ok or ok.empty:
+        return None
+    one = ok[ok["config.parallel"] == ok["config.parallel"].min()]
+    alone, busy = one[one["level.concurrency"] == 1], one[one["level.concurrency"] == one["level.concurrency"].max()]
+    if alone.empty or busy.empty or busy["level.concurrency"].iloc[0] == 1:
+        return None
+    a, b = alone.iloc[0], busy.iloc[0]
+    concurrency, requests = int(b["level.concurrency"]), int(b["summary.requests"])
+    return {
+        "config": label(ok).loc[b.name],
+        "concurrency": concurrency,
+        "requests": requests,
+        "ttft_alone_ms": float(a["summary.mean_ttft_ms"]),
+        "e2e_alone_ms": float(a["summary.mean_e2e_ms"]),
+        "measured_mean_ttft_ms": float(b["summary.mean_ttft_ms"]),
+        "queue_mean_ttft_ms": one_at_a_time_mean_ttft_ms(
+            float(a["summary.mean_ttft_ms"]), float(a["summary.mean_e2e_ms"]), concurrency, requests
+        ),
+    }
+
+
+def kv_needed_table(df: pd.DataFrame, model: str) -> tuple[pd.DataFrame | None, str | None]:
+    """load_table beside the KV cache each point needs: min(parallel, concurrency) sequences at once, each of its
+    prompt (shared prefix included) and output tokens, from lab 01's kv_cache for `model` and the point's KV dtype
+    (fp16 unless the grid sets one; exact tokens, no block rounding); and goodput per MiB of it. Returns the table
+    and None, or None and why not (a model the catalogue lacks)."""
+    ok = df[df["status"] == "ok"]
+    out = load_table(df)
+    slots = ok.get("config.parallel", pd.Series(1, index=ok.index)).fillna(1).astype(int)
+    at_once = [min(s, int(c)) for s, c in zip(slots, ok["level.concurrency"], strict=True)]
+    tokens = ok["workload.prompt_tokens"] + ok["workload.max_tokens"] + ok.get("workload.shared_prefix_tokens", 0)
+    dtypes = ok.get("config.kv_cache_dtype", pd.Series("fp16", index=ok.index)).fillna("fp16")
+    try:
+        kv = [
+            kv_cache(model, int(t), n, d if d in DTYPES else "fp16").kv_bytes / MIB
+            for t, n, d in zip(tokens, at_once, dtypes, strict=True)
+        ]
+    except BadInput as e:
+        return None, str(e)
+    out["sequences at once"] = at_once
+    out["KV MiB needed"] = kv
+    out["goodput per KV MiB"] = out["goodput req/s"] / out["KV MiB needed"]
+    return out, None
 
 
 def pareto_table(table: pd.DataFrame) -> pd.DataFrame:

@@ -1,0 +1,91 @@
+"""Lab 03's first exercise: the mean TTFT when closed-loop users outnumber an engine's one slot, as a
+first-come, first-served queue predicts it (load.one_at_a_time_mean_ttft_ms), worked by hand and measured on
+the real embedded engine; and the design task's KV per point (sweep_views.kv_needed_table)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from labs_lib.endpoints import endpoint_for
+from labs_lib.engines import EngineConfig
+from labs_lib.engines.llamacpp import LlamaCppEngine
+from labs_lib.errors import BadInput
+from labs_lib.kv_math import MIB, kv_cache
+from labs_lib.load import one_at_a_time_mean_ttft_ms, run_blocking, run_load
+from labs_lib.prompts import PromptFactory, engine_tokenizer
+from labs_lib.sweep_views import kv_needed_table, one_slot_queue
+from labs_lib.timing import RequestSpec
+
+
+def test_the_queue_by_hand():
+    assert one_at_a_time_mean_ttft_ms(100.0, 1000.0, 1, 8) == 100.0  # one user never waits
+    # 4 users, 8 requests: the first four wait 0, 1, 2, 3 services, the next four 3 each: 18 / 8 = 2.25
+    assert one_at_a_time_mean_ttft_ms(100.0, 1000.0, 4, 8) == pytest.approx(100.0 + 2250.0)
+    # as many users as requests: everything sent at once, waits 0 .. N-1
+    assert one_at_a_time_mean_ttft_ms(0.0, 10.0, 8, 8) == pytest.approx(35.0)
+    assert one_at_a_time_mean_ttft_ms(0.0, 10.0, 50, 8) == pytest.approx(35.0)  # users beyond the requests send nothing
+    with pytest.raises(BadInput, match="concurrency"):
+        one_at_a_time_mean_ttft_ms(0.0, 10.0, 0, 8)
+
+
+def _row(parallel: int, concurrency: int, mean_ttft: float, mean_e2e: float, goodput: float, p99: float) -> dict:
+    return {
+        "status": "ok",
+        "config.parallel": parallel,
+        "level.concurrency": concurrency,
+        "workload.prompt_tokens": 64,
+        "workload.max_tokens": 32,
+        "workload.shared_prefix_tokens": 0,
+        "summary.requests": 8,
+        "summary.mean_ttft_ms": mean_ttft,
+        "summary.mean_e2e_ms": mean_e2e,
+        "summary.p50_ttft_ms": mean_ttft,
+        "summary.p99_ttft_ms": p99,
+        "summary.goodput": goodput,
+        "summary.output_throughput": 30.0,
+    }
+
+
+def test_the_sweep_views_read_the_one_slot_runs_and_the_kv_each_point_holds():
+    rows = [
+        (1, 1, 170, 1030, 0.97, 174),
+        (1, 4, 2490, 3340, 0.24, 3337),
+        (4, 1, 177, 1000, 1.0, 190),
+        (4, 4, 618, 1500, 2.09, 677),
+    ]
+    df = pd.DataFrame([_row(*r) for r in rows])
+    queue = one_slot_queue(df)
+    assert (queue["config"], queue["concurrency"], queue["requests"]) == ("parallel=1", 4, 8)
+    assert queue["measured_mean_ttft_ms"] == 2490 and queue["queue_mean_ttft_ms"] == pytest.approx(170 + 2.25 * 1030)
+    table, why = kv_needed_table(df, "gemma-3-270m")
+    assert why is None and list(table["sequences at once"]) == [1, 1, 1, 4]
+    one_sequence = kv_cache("gemma-3-270m", 96, 1, "fp16").kv_bytes / MIB  # 64 prompt + 32 output tokens
+    assert table["KV MiB needed"].tolist() == pytest.approx([one_sequence] * 3 + [4 * one_sequence])
+    assert table["goodput per KV MiB"].iloc[3] == pytest.approx(2.09 / (4 * one_sequence))
+    assert kv_needed_table(df, "no-such-model")[0] is None and "no-such-model" in kv_needed_table(df, "no-such-model")[1]
+
+
+@pytest.fixture(scope="module")
+def one_slot(starts_engine):
+    with LlamaCppEngine(EngineConfig(ctx=1024, parallel=1)) as e:
+        yield e
+
+
+@pytest.mark.engine
+def test_on_the_engine_users_beyond_one_slot_wait_as_the_queue_predicts(one_slot):
+    endpoint = endpoint_for(one_slot)
+    factory = PromptFactory(engine_tokenizer(one_slot.root_url), seed=3)
+
+    def mean_of(concurrency: int, n: int) -> tuple[float, float]:
+        specs = [RequestSpec(p, 8, ignore_eos=True) for p in factory.prompts(n, 32)]
+        summary = run_blocking(run_load(endpoint, specs, concurrency=concurrency, progress=False)).summary
+        assert summary.completed == n
+        return summary.ttft_ms.mean, summary.e2e_ms.mean
+
+    run_blocking(run_load(endpoint, [RequestSpec("warm up", 2)], concurrency=1, progress=False))
+    ttft_alone, e2e_alone = mean_of(1, 4)
+    measured, _ = mean_of(4, 8)
+    predicted = one_at_a_time_mean_ttft_ms(ttft_alone, e2e_alone, 4, 8)
+    # a steady-state guess (every request behind C - 1) would be (3 - 2.25) / 2.25 = 33% over; no queue at all, 90% under
+    assert measured == pytest.approx(predicted, rel=0.2), (ttft_alone, e2e_alone, measured, predicted)

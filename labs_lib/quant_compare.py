@@ -216,6 +216,19 @@ async def compare_models(models: list[dict], *, settings: QuantSettings | None =
 QUALITY = {"perplexity": "lower", "kl": "lower", "delta_nll": "lower", "perplexity_ratio": "lower", "top1_agreement": "higher"}
 
 
+def kv_slots_within(kv_mib: float, settings: QuantSettings, kv_dtype: str, model: str = "gemma-3-270m") -> int:
+    """How many slots of this lab's context per slot (settings.ctx() / the most concurrent requests) llama.cpp's
+    server could hold in kv_mib MiB with a `kv_dtype` KV cache (K and V alike): the most slots whose layout
+    (kv_math.llamacpp_layout, which the engine's logged KV bytes equal) fits, 0 if not even one."""
+    from .kv_math import MIB, llamacpp_layout
+
+    per_slot = settings.ctx() // max(settings.concurrencies)
+    slots = 0
+    while slots < 256 and llamacpp_layout(model, per_slot * (slots + 1), slots + 1, type_k=kv_dtype).kv_bytes <= kv_mib * MIB:
+        slots += 1
+    return slots
+
+
 def config_memory_mib(df: pd.DataFrame) -> pd.Series:
     """Each configuration's memory, MiB: its weights file and its KV cache as llama.cpp logs it (compare_variants);
     on vLLM, the weights it logs on a GPU, else its process's RSS (its KV pool is a fixed size it is given: a smaller

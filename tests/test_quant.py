@@ -157,3 +157,15 @@ def test_quant_cli_json():
 )
 def test_quant_cli_bad_input(args, needle):
     assert_one_line_error(run_cli("quant", *args), needle)
+
+
+def test_kv_slots_within_follows_the_llamacpp_layout():
+    from labs_lib.kv_math import MIB, llamacpp_layout
+    from labs_lib.quant_compare import QuantSettings, kv_slots_within
+
+    settings = QuantSettings.quick()  # 4 slots of 272 tokens
+    f16_mib = llamacpp_layout("gemma-3-270m", settings.ctx(), 4).kv_bytes / MIB
+    assert kv_slots_within(f16_mib, settings, "f16") == 4  # the cache holds what it was made for, no more
+    # q4_0 is 18 bytes per 32 values against f16's 64: 3.56x the slots, so 14 of the same context
+    assert kv_slots_within(f16_mib, settings, "q4_0") == 14 and kv_slots_within(f16_mib, settings, "q8_0") == 7
+    assert kv_slots_within(0.01, settings, "f16") == 0

@@ -133,6 +133,31 @@ def one_slot_queue(df: pd.DataFrame) -> dict | None:
     }
 
 
+def cache_ttft_means(df: pd.DataFrame, engine: str) -> dict | None:
+    """The prefix-cache sweep's first workload at its lightest load: caching off (the lowest hit rate) and the
+    configuration with the highest, their mean TTFT over every request (misses included, as the hit rate counts
+    them), and what the best one's mean would be if TTFT were only the prompt tokens computed: off's x (1 - hit
+    rate). None without two configurations."""
+    table = cache_hit_table(df, engine)
+    table["mean TTFT"] = df[df["status"] == "ok"]["summary.mean_ttft_ms"].to_numpy()
+    if "workload" in table:
+        table = table[table.workload == table.workload.iloc[0]]
+    if "concurrency" in table:
+        table = table[table.concurrency == table.concurrency.min()]
+    table = table.sort_values("hit rate", kind="stable")
+    if len(table) < 2:
+        return None
+    off, on = table.iloc[0], table.iloc[-1]
+    return {
+        "off": off["config"],
+        "on": on["config"],
+        "off_mean_ttft_ms": float(off["mean TTFT"]),
+        "hit_rate": float(on["hit rate"]),
+        "on_mean_ttft_ms": float(on["mean TTFT"]),
+        "computed_only_ms": float(off["mean TTFT"]) * (1 - float(on["hit rate"])),
+    }
+
+
 def kv_needed_table(df: pd.DataFrame, model: str) -> tuple[pd.DataFrame | None, str | None]:
     """load_table beside the KV cache each point needs: min(parallel, concurrency) sequences at once, each of its
     prompt (shared prefix included) and output tokens, from lab 01's kv_cache for `model` and the point's KV dtype

@@ -1,6 +1,7 @@
-"""Lab 03's first exercise: the mean TTFT when closed-loop users outnumber an engine's one slot, as a
+"""Lab 03's exercises and design task: the mean TTFT when closed-loop users outnumber an engine's one slot, as a
 first-come, first-served queue predicts it (load.one_at_a_time_mean_ttft_ms), worked by hand and measured on
-the real embedded engine; and the design task's KV per point (sweep_views.kv_needed_table)."""
+the real embedded engine; the prefix cache's TTFT were it only the tokens computed (sweep_views.cache_ttft_means);
+the design task's KV per point (sweep_views.kv_needed_table)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from labs_lib.errors import BadInput
 from labs_lib.kv_math import MIB, kv_cache
 from labs_lib.load import one_at_a_time_mean_ttft_ms, run_blocking, run_load
 from labs_lib.prompts import PromptFactory, engine_tokenizer
-from labs_lib.sweep_views import kv_needed_table, one_slot_queue
+from labs_lib.sweep_views import cache_ttft_means, kv_needed_table, one_slot_queue
 from labs_lib.timing import RequestSpec
 
 
@@ -64,6 +65,33 @@ def test_the_sweep_views_read_the_one_slot_runs_and_the_kv_each_point_holds():
     assert table["KV MiB needed"].tolist() == pytest.approx([one_sequence] * 3 + [4 * one_sequence])
     assert table["goodput per KV MiB"].iloc[3] == pytest.approx(2.09 / (4 * one_sequence))
     assert kv_needed_table(df, "no-such-model")[0] is None and "no-such-model" in kv_needed_table(df, "no-such-model")[1]
+
+
+def test_the_cache_counterfactual_scales_caching_off_by_the_hit_rate_of_the_same_workload_and_load():
+    def row(cache: bool, workload: str, concurrency: int, prompt: float, cached: float, mean_ttft: float) -> dict:
+        return {
+            "status": "ok",
+            "config.prompt_cache": cache,
+            "workload.name": workload,
+            "level.concurrency": concurrency,
+            "metrics.vllm:prompt_tokens_total": prompt,  # vLLM counts cache hits among the prompt tokens
+            "metrics.vllm:prompt_tokens_cached_total": cached,
+            "summary.p50_ttft_ms": mean_ttft,
+            "summary.mean_ttft_ms": mean_ttft,
+        }
+
+    df = pd.DataFrame(
+        [
+            row(False, "one", 1, 2000, 0, 800.0),
+            row(True, "one", 1, 2000, 1500, 300.0),  # hit rate 0.75
+            row(True, "three", 1, 3000, 1500, 500.0),  # another workload: not compared
+            row(True, "one", 4, 2000, 1900, 100.0),  # another load: not compared
+        ]
+    )
+    cache = cache_ttft_means(df, "vllm")
+    assert (cache["off"], cache["on"], cache["hit_rate"]) == ("prompt_cache=False", "prompt_cache=True", 0.75)
+    assert cache["computed_only_ms"] == pytest.approx(200.0) and cache["on_mean_ttft_ms"] == 300.0
+    assert cache_ttft_means(df.iloc[:1], "vllm") is None
 
 
 @pytest.fixture(scope="module")

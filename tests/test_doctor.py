@@ -57,6 +57,19 @@ def test_healthy_setup_passes_every_check(engine):
     assert "exceed" in report.checks[-1].evidence  # the over-long request really was refused
 
 
+def test_lab05_exercise_setups_fail_at_the_steps_the_lab_grades_by(engine):
+    """Lab 05's exercises are graded by Report.first_failed_step on these two setups: a misspelled host name fails
+    reachability (2) before any request; no key variable on a loopback address is let through configuration and
+    the server's 401 fails authentication (4)."""
+    ep = endpoint_for(engine)
+    typo = run_doctor(Endpoint("x", ep.base_url.replace("127.0.0.1", "locahost", 1), ep.model, None), timeout_s=SLOW_S)
+    assert "locahost" in typo.endpoint["base_url"] and typo.first_failed_step == 2, typo.text()
+    assert first_failure(typo).name.startswith("2 reachability: DNS"), typo.text()
+    no_key = run_doctor(Endpoint("x", ep.base_url, ep.model, None), timeout_s=SLOW_S)
+    assert no_key.first_failed_step == 4 and first_failure(no_key).name == "4 authentication", no_key.text()
+    assert run_doctor(ep, timeout_s=SLOW_S).first_failed_step is None
+
+
 @pytest.mark.parametrize(
     "setup,check,cause",
     [

@@ -33,6 +33,12 @@ class Report:
     def ok(self) -> bool:
         return not any(c.status == "fail" for c in self.checks)
 
+    @property
+    def first_failed_step(self) -> int | None:
+        """The number (1-8, the doctor's order) of the first check that failed; None when none did."""
+        failed = next((c for c in self.checks if c.status == "fail"), None)
+        return int(failed.name.split()[0]) if failed else None
+
     def to_dict(self) -> dict:
         return {"endpoint": self.endpoint, "checks": [asdict(c) for c in self.checks], "ok": self.ok}
 

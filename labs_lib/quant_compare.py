@@ -13,6 +13,7 @@ from .endpoints import endpoint_for
 from .engines import EngineConfig, make_engine
 from .errors import BadInput, LabsError
 from .gguf_meta import read_gguf_meta
+from .kv_math import MIB, llamacpp_layout
 from .load import prefill_tokens_per_s, run_load, warm_up
 from .prompts import PromptFactory, corpus_text
 from .quality import Scores, agreement, identical_prefix
@@ -220,8 +221,6 @@ def kv_slots_within(kv_mib: float, settings: QuantSettings, kv_dtype: str, model
     """How many slots of this lab's context per slot (settings.ctx() / the most concurrent requests) llama.cpp's
     server could hold in kv_mib MiB with a `kv_dtype` KV cache (K and V alike): the most slots whose layout
     (kv_math.llamacpp_layout, which the engine's logged KV bytes equal) fits, 0 if not even one."""
-    from .kv_math import MIB, llamacpp_layout
-
     per_slot = settings.ctx() // max(settings.concurrencies)
     slots = 0
     while slots < 256 and llamacpp_layout(model, per_slot * (slots + 1), slots + 1, type_k=kv_dtype).kv_bytes <= kv_mib * MIB:

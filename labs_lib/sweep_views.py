@@ -7,7 +7,7 @@ import pandas as pd
 from .engines import engine_class
 from .engines.metrics import cache_hit_rate
 from .errors import BadInput
-from .kv_math import DTYPES, MIB, kv_cache
+from .kv_math import MIB, kv_cache
 from .load import one_at_a_time_mean_ttft_ms
 
 LOAD_COLUMNS = {
@@ -168,12 +168,10 @@ def kv_needed_table(df: pd.DataFrame, model: str) -> tuple[pd.DataFrame | None, 
     slots = ok.get("config.parallel", pd.Series(1, index=ok.index)).fillna(1).astype(int)
     at_once = [min(s, int(c)) for s, c in zip(slots, ok["level.concurrency"], strict=True)]
     tokens = ok["workload.prompt_tokens"] + ok["workload.max_tokens"] + ok.get("workload.shared_prefix_tokens", 0)
-    dtypes = ok.get("config.kv_cache_dtype", pd.Series("fp16", index=ok.index)).fillna("fp16")
+    # vLLM's "auto" stores KV in the model's dtype (bf16 here: 2 bytes, as fp16); llama.cpp's names are aliases
+    dtypes = ok.get("config.kv_cache_dtype", pd.Series("fp16", index=ok.index)).fillna("fp16").replace("auto", "fp16")
     try:
-        kv = [
-            kv_cache(model, int(t), n, d if d in DTYPES else "fp16").kv_bytes / MIB
-            for t, n, d in zip(tokens, at_once, dtypes, strict=True)
-        ]
+        kv = [kv_cache(model, int(t), n, d).kv_bytes / MIB for t, n, d in zip(tokens, at_once, dtypes, strict=True)]
     except BadInput as e:
         return None, str(e)
     out["sequences at once"] = at_once

@@ -32,10 +32,6 @@ def engine(starts_engine):
     os.environ.pop("LABS_DOCTOR_KEY", None)
 
 
-def first_failure(report):
-    return next((c for c in report.checks if c.status == "fail"), None)
-
-
 def client(e, **kw):
     return openai.OpenAI(**{"base_url": e.base_url, "api_key": KEY, "max_retries": 0, **kw})
 
@@ -64,9 +60,9 @@ def test_lab05_exercise_setups_fail_at_the_steps_the_lab_grades_by(engine):
     ep = endpoint_for(engine)
     typo = run_doctor(Endpoint("x", ep.base_url.replace("127.0.0.1", "locahost", 1), ep.model, None), timeout_s=SLOW_S)
     assert "locahost" in typo.endpoint["base_url"] and typo.first_failed_step == 2, typo.text()
-    assert first_failure(typo).name.startswith("2 reachability: DNS"), typo.text()
+    assert typo.first_failure.name.startswith("2 reachability: DNS"), typo.text()
     no_key = run_doctor(Endpoint("x", ep.base_url, ep.model, None), timeout_s=SLOW_S)
-    assert no_key.first_failed_step == 4 and first_failure(no_key).name == "4 authentication", no_key.text()
+    assert no_key.first_failed_step == 4 and no_key.first_failure.name == "4 authentication", no_key.text()
     assert run_doctor(ep, timeout_s=SLOW_S).first_failed_step is None
 
 
@@ -97,7 +93,7 @@ def test_doctor_names_the_real_cause(engine, monkeypatch, setup, check, cause):
         monkeypatch.delenv("NO_PROXY", raising=False)
         monkeypatch.delenv("no_proxy", raising=False)
     report = run_doctor(ep, timeout_s=SLOW_S)
-    failed = first_failure(report)
+    failed = report.first_failure
     assert failed is not None and failed.name == check and cause in failed.cause, report.text()
     assert KEY not in json.dumps(report.to_dict())
     # ...and the real client call fails the same way
@@ -243,7 +239,7 @@ def test_doctor_bad_usage_exits_2(args, needle):
 )
 def test_article_configs_fail_the_three_piece_check(name, failing):
     report = check_config(DATA_DIR / "client_configs" / name)
-    assert not report.ok and first_failure(report).name == failing
+    assert not report.ok and report.first_failure.name == failing
     if name.startswith("article_seed00") and name.endswith((".json", ".toml")) and "claude" not in name:
         assert next(c for c in report.checks if c.name == "base URL").status == "warn"  # no /v1
 

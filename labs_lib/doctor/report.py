@@ -34,10 +34,14 @@ class Report:
         return not any(c.status == "fail" for c in self.checks)
 
     @property
+    def first_failure(self) -> Check | None:
+        """The first check that failed, in the doctor's order; None when none did."""
+        return next((c for c in self.checks if c.status == "fail"), None)
+
+    @property
     def first_failed_step(self) -> int | None:
         """The number (1-8, the doctor's order) of the first check that failed; None when none did."""
-        failed = next((c for c in self.checks if c.status == "fail"), None)
-        return int(failed.name.split()[0]) if failed else None
+        return int(self.first_failure.name.split()[0]) if self.first_failure else None
 
     def to_dict(self) -> dict:
         return {"endpoint": self.endpoint, "checks": [asdict(c) for c in self.checks], "ok": self.ok}

@@ -115,9 +115,7 @@ def sdk_without_a_key() -> str:
 
 def first_finding(report: Report) -> dict:
     """A doctor's report in one row: its verdict, and its first failing check (else first warning) with cause and fix."""
-    first = next((c for c in report.checks if c.status == "fail"), None) or next(
-        (c for c in report.checks if c.status == "warn"), None
-    )
+    first = report.first_failure or next((c for c in report.checks if c.status == "warn"), None)
     return {
         "verdict": "ok" if report.ok else "fail",
         "first finding": first.name if first else "-",

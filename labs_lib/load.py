@@ -287,6 +287,17 @@ def one_at_a_time_mean_ttft_ms(ttft_alone_ms: float, e2e_alone_ms: float, concur
     return ttft_alone_ms + e2e_alone_ms * waits / requests
 
 
+def in_flight_means(records: list[RequestRecord], duration_s: float) -> dict[str, float]:
+    """Little's law over one run: the time-average number of requests waiting for their first token (the sum of
+    the successful requests' TTFT over the run's duration, both in the same unit) and of those decoding (the sum
+    of E2E - TTFT). Their total is the mean number in flight: a closed loop's concurrency, less the client's gaps."""
+    duration_ms = positive_number("duration_s", duration_s) * 1000
+    timed = [(r.ttft_ms, r.e2e_ms) for r in records if r.ok and r.ttft_ms is not None and r.e2e_ms is not None]
+    waiting = sum(ttft for ttft, _ in timed) / duration_ms
+    decoding = sum(e2e - ttft for ttft, e2e in timed) / duration_ms
+    return {"waiting": waiting, "decoding": decoding, "in_flight": waiting + decoding}
+
+
 async def run_load(
     endpoint: Endpoint,
     specs: list[RequestSpec],

@@ -124,6 +124,16 @@ def bootstrap_ci(
     return (float(low), float(high))
 
 
+def tokens_to_separate(a: tuple[float, float, float], b: tuple[float, float, float], tokens: int) -> float:
+    """Tokens to score so that two means' intervals, each (mean, low, high) measured on `tokens` tokens, just stop
+    overlapping (or, when already apart, just touch), if each narrows as 1/sqrt(tokens) around its mean as a mean's
+    interval does: tokens x ((half-width of a + half-width of b) / |mean of a - mean of b|)^2. Inf for equal means."""
+    (mean_a, low_a, high_a), (mean_b, low_b, high_b) = a, b
+    gap = abs(mean_a - mean_b)
+    widths = (high_a - low_a) / 2 + (high_b - low_b) / 2
+    return math.inf if gap == 0 else tokens * (widths / gap) ** 2
+
+
 def agreement(reference: Scores, other: Scores) -> dict[str, float]:
     """How closely `other` follows `reference` on the same text: means and 95% bootstrap intervals.
 

@@ -194,11 +194,14 @@ def _kernel_manager_class() -> dict:
 
 
 def _filled_in(notebook: Path, folder: Path) -> Path:
-    """A copy of `notebook` in `folder` whose build-it cells hold the library's reference (build_it.fill_in)."""
+    """A copy of `notebook` in `folder` whose build-it cells hold the library's reference (build_it.fill_in) and
+    whose exercises and design tasks ask to be shown their answers (notebook.show_answers)."""
     from . import build_it  # here: it imports the measurement modules, which `labs run`'s checks need not wait for
+    from .notebook import show_answers
 
     nb = json.loads(notebook.read_text())
     build_it.fill_in(nb["cells"])
+    show_answers(nb["cells"])
     copy = folder / notebook.name
     copy.write_text(json.dumps(nb, indent=1, ensure_ascii=False))
     return copy
@@ -211,7 +214,7 @@ def _name_the_input(output: Path, notebook: Path) -> None:
     except (OSError, ValueError):  # no output yet (the run failed before papermill wrote one)
         return
     executed["metadata"].setdefault("papermill", {})["input_path"] = str(notebook)
-    executed["metadata"]["papermill"]["build_it"] = "filled in with the library's reference"
+    executed["metadata"]["papermill"]["build_it"] = "filled in with the library's reference; answers shown"
     output.write_text(json.dumps(executed, indent=1, ensure_ascii=False))
 
 
@@ -226,7 +229,8 @@ def run_series(
     fill_in: bool = True,
 ) -> list[NotebookResult]:
     """Execute `notebooks` in order. Each gets the parameters it declares; all get quick/interactive/engine. With
-    `fill_in`, each build-it cell holds the library's reference (build_it.fill_in); else it runs as written."""
+    `fill_in`, each build-it cell holds the library's reference (build_it.fill_in) and each exercise and design task
+    asks for its answer (notebook.show_answers); else it runs as written."""
     params = dict(params or {})
     refuse_secrets(params)
     engine = engine_name(engine)

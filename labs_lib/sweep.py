@@ -138,6 +138,22 @@ class Grid:
                 out.append(cfg)
         return out
 
+    def one_point(self, config: dict, concurrency: int) -> Grid:
+        """This grid turned to one configuration (`config`'s fields over base; no axes) at one concurrency of its
+        first workload: a re-run with a knob changed, named for the change, so it gets its own results file."""
+        unknown = sorted(set(config) - CONFIG_FIELDS)
+        if unknown:
+            raise BadInput("config field", unknown[0], "allowed: " + ", ".join(sorted(CONFIG_FIELDS)))
+        if not self.workloads:
+            raise BadInput("grid", self.name, "allowed: a grid with a workload to run at one concurrency")
+        level = positive_int("concurrency", concurrency, maximum=100_000)
+        workload = dataclasses.replace(self.workloads[0], concurrency=(level,), rate=())
+        name = "-".join([self.name, *(f"{k}{v}" for k, v in config.items()), f"c{level}"])
+        grid = dataclasses.replace(self, name=name, base={**self.base, **config}, axes={}, variants=[], workloads=[workload])
+        for cfg in grid.configs():
+            EngineConfig(**cfg).validated()
+        return grid
+
     def points(self) -> list[Point]:
         pts = []
         for cfg in self.configs():

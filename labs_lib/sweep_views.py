@@ -133,6 +133,19 @@ def one_slot_queue(df: pd.DataFrame) -> dict | None:
     }
 
 
+def slots_between(df: pd.DataFrame) -> dict | None:
+    """The batching sweep's knob turned halfway: half the larger configuration's `parallel` (2 of 4, 4 of 8) at
+    the busiest concurrency measured, for a re-run (Grid.one_point). None when no whole number lies between the
+    two configurations' slots or nothing was measured under load."""
+    ok = df[df["status"] == "ok"]
+    if "config.parallel" not in ok or "level.concurrency" not in ok or ok.empty:
+        return None
+    fewest, most = int(ok["config.parallel"].min()), int(ok["config.parallel"].max())
+    if not fewest < most // 2 < most:
+        return None
+    return {"parallel": most // 2, "concurrency": int(ok["level.concurrency"].max())}
+
+
 def cache_ttft_means(df: pd.DataFrame, engine: str) -> dict | None:
     """The prefix-cache sweep's first workload at its lightest load: caching off (the lowest hit rate) and the
     configuration with the highest, their mean TTFT over every request (misses included, as the hit rate counts

@@ -69,3 +69,18 @@ def test_the_prediction_written_before_the_run_is_compared_once_answered(capsys)
     assert "Your reason then: '70B has 80 layers of 8 KV heads'" in out
     lab.record_predictions({})
     assert "No predictions yet" in capsys.readouterr().out
+
+
+def test_a_reference_run_asks_every_unanswered_exercise_and_design_task_for_its_answer():
+    cells = [
+        {"cell_type": "code", "source": ["answer_1 = None  # ms\n", "answer_12 = None\n", "answer_3 = 4.5\n"]},
+        {"cell_type": "code", "source": 'design = None  # e.g. {"gpu": "L4"}\nif answer_1 is None:\n    design_strict = None\n'},
+        {"cell_type": "markdown", "source": "answer_1 = None (a sentence, not code)"},
+        {"cell_type": "code", "source": "my_design = None\nold_answer_1 = None\ndesign_strict = None\n"},
+    ]
+    assert lab.show_answers(cells) == 4
+    assert cells[0]["source"] == 'answer_1 = "show"  # ms\nanswer_12 = "show"\nanswer_3 = 4.5\n'  # an answer stays
+    # a line inside a block is the notebook's own logic, not an answer to fill in
+    assert cells[1]["source"] == 'design = "show"  # e.g. {"gpu": "L4"}\nif answer_1 is None:\n    design_strict = None\n'
+    assert cells[2]["source"] == "answer_1 = None (a sentence, not code)"
+    assert cells[3]["source"] == 'my_design = None\nold_answer_1 = None\ndesign_strict = "show"\n'

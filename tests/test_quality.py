@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labs_lib.quality import Scores, agreement, bootstrap_ci, kl_lower_bound, per_token
+from labs_lib.quality import Scores, agreement, bootstrap_ci, kl_lower_bound, per_token, tokens_to_separate
 
 
 def _full_kl(p: np.ndarray, q: np.ndarray) -> float:
@@ -88,3 +88,27 @@ def test_agreement_is_zero_against_itself_and_signs_a_worse_variant_positive():
     assert np.isnan(no_tops["kl"]).all()
     with pytest.raises(ValueError, match="different texts"):
         per_token(ref, _scores([-0.1] * 4, [1, 2, 3, 4], None, ids=(1, 2, 3, 4)))
+
+
+def test_tokens_to_separate_by_hand():
+    # half-widths 0.1 and 0.1 against a gap of 0.5: (0.2 / 0.5)^2 = 0.16 of the tokens would still part them
+    assert tokens_to_separate((1.0, 0.9, 1.1), (1.5, 1.4, 1.6), 100) == pytest.approx(16.0)
+    assert tokens_to_separate((1.5, 1.4, 1.6), (1.0, 0.95, 1.05), 100) == pytest.approx(100 * (0.15 / 0.5) ** 2)
+    assert tokens_to_separate((1.0, 0.9, 1.1), (1.0, 0.8, 1.2), 100) == math.inf
+
+
+def test_tokens_to_separate_predicts_where_bootstrap_intervals_part():
+    """The 1/sqrt(tokens) law, checked on the bootstrap the labs use: far fewer tokens than predicted overlap, far
+    more part."""
+    rng = np.random.default_rng(7)
+    a, b = rng.normal(1.0, 1.0, 200), rng.normal(1.25, 1.0, 200)
+
+    def interval(values):
+        return (values.mean(), *bootstrap_ci(values))
+
+    needed = tokens_to_separate(interval(a), interval(b), 200)
+    assert 100 < needed < 600
+    for factor, part in ((0.25, False), (4.0, True)):
+        n = int(factor * needed)
+        (_, la, ha), (_, lb, hb) = interval(rng.normal(1.0, 1.0, n)), interval(rng.normal(1.25, 1.0, n))
+        assert (ha < lb or hb < la) == part, (n, (la, ha), (lb, hb))

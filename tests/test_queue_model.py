@@ -13,10 +13,10 @@ from labs_lib.engines import EngineConfig
 from labs_lib.engines.llamacpp import LlamaCppEngine
 from labs_lib.errors import BadInput
 from labs_lib.kv_math import MIB, kv_cache
-from labs_lib.load import one_at_a_time_mean_ttft_ms, run_blocking, run_load
+from labs_lib.load import in_flight_means, one_at_a_time_mean_ttft_ms, run_blocking, run_load
 from labs_lib.prompts import PromptFactory, engine_tokenizer
-from labs_lib.sweep_views import cache_ttft_means, kv_needed_table, one_slot_queue
-from labs_lib.timing import RequestSpec
+from labs_lib.sweep_views import cache_ttft_means, kv_needed_table, one_slot_queue, slots_between
+from labs_lib.timing import RequestRecord, RequestSpec
 
 
 def test_the_queue_by_hand():
@@ -65,6 +65,20 @@ def test_the_sweep_views_read_the_one_slot_runs_and_the_kv_each_point_holds():
     assert table["KV MiB needed"].tolist() == pytest.approx([one_sequence] * 3 + [4 * one_sequence])
     assert table["goodput per KV MiB"].iloc[3] == pytest.approx(2.09 / (4 * one_sequence))
     assert kv_needed_table(df, "no-such-model")[0] is None and "no-such-model" in kv_needed_table(df, "no-such-model")[1]
+    assert slots_between(df) == {"parallel": 2, "concurrency": 4}  # half of 4 slots, at the busiest load
+    assert slots_between(df[df["config.parallel"] == 1]) is None
+    assert slots_between(df.assign(**{"config.parallel": df["config.parallel"].replace(4, 2)})) is None  # none between 1 and 2
+
+
+def test_littles_law_by_hand():
+    def record(ttft_ms: float, e2e_ms: float, ok: bool = True) -> RequestRecord:
+        return RequestRecord(ttft_ms=ttft_ms, e2e_ms=e2e_ms, error=None if ok else "timeout")
+
+    # 2 s of run: 1 s + 3 s waiting for first tokens, 1 s + 1 s decoding; a failed request counts for nothing
+    means = in_flight_means([record(1000, 2000), record(3000, 4000), record(5000, 9000, ok=False)], 2.0)
+    assert means == {"waiting": 2.0, "decoding": 1.0, "in_flight": 3.0}
+    with pytest.raises(BadInput, match="duration_s"):
+        in_flight_means([], 0)
 
 
 def test_the_cache_counterfactual_scales_caching_off_by_the_hit_rate_of_the_same_workload_and_load():
@@ -107,12 +121,13 @@ def test_on_the_engine_users_beyond_one_slot_wait_as_the_queue_predicts(one_slot
 
     def run(concurrency: int, n: int):
         specs = [RequestSpec(p, 8, ignore_eos=True) for p in factory.prompts(n, 32)]
-        summary = run_blocking(run_load(endpoint, specs, concurrency=concurrency, progress=False)).summary
-        assert summary.completed == n
-        return summary
+        result = run_blocking(run_load(endpoint, specs, concurrency=concurrency, progress=False))
+        assert result.summary.completed == n
+        return result
 
     run_blocking(run_load(endpoint, [RequestSpec("warm up", 2)], concurrency=1, progress=False))
-    alone, busy = run(1, 4), run(4, 8)
+    alone_run, busy_run = run(1, 4), run(4, 8)
+    alone, busy = alone_run.summary, busy_run.summary
     # one slot never idles while users queue: the run's duration / N is its mean service time, measured under the
     # same load as its waits (on a busy machine the run alone may have seen other neighbours; on a quiet one the
     # two agree, and lab 03 uses the run alone)
@@ -120,3 +135,9 @@ def test_on_the_engine_users_beyond_one_slot_wait_as_the_queue_predicts(one_slot
     predicted = one_at_a_time_mean_ttft_ms(alone.ttft_ms.mean, service_ms, 4, 8)
     # a steady-state guess (every request behind C - 1) would be (3 - 2.25) / 2.25 = 33% over; no queue at all, 90% under
     assert busy.ttft_ms.mean == pytest.approx(predicted, rel=0.2), (alone.ttft_ms.mean, service_ms, busy.ttft_ms.mean)
+
+    # Little's law on the same run: one slot decodes at most one request at a time, and the closed loop keeps 4 in
+    # flight until the last sends, then drains: 4 for 5 of the 8 services, then 3, 2, 1 -> 26 / 8 on average
+    means = in_flight_means(busy_run.records, busy_run.duration_s)
+    assert 0.3 < means["decoding"] <= 1.05, means
+    assert means["in_flight"] == pytest.approx(26 / 8, rel=0.15), means

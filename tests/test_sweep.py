@@ -459,3 +459,18 @@ def test_a_multi_turn_sweep_point_records_every_turn(tmp_path):
     )
     df = run_blocking(run_sweep(grid, tmp_path / "talk.jsonl", progress=False))
     assert (df["status"] == "ok").all() and int(df["summary.completed"].iloc[0]) == 6  # 2 conversations x 3 turns
+
+
+def test_one_point_turns_a_grid_to_one_configuration_at_one_load_in_its_own_file():
+    grid = load_grid(DATA_DIR / "grids" / "vllm_cpu_batching.yaml", quick=True)
+    turned = grid.one_point({"parallel": 4}, 8)
+    assert turned.name == "batching-parallel4-c8" and grid.name == "batching"  # the grid itself is unchanged
+    [config] = turned.configs()
+    assert config == {**grid.base, "parallel": 4}
+    [point] = turned.points()
+    assert point.level == {"concurrency": 8} and point.workload.requests == grid.workloads[0].requests
+    assert point.point_id("vllm") not in {p.point_id("vllm") for p in grid.points()}
+    with pytest.raises(BadInput, match=r"config field.*'slots'"):
+        grid.one_point({"slots": 4}, 8)
+    with pytest.raises(BadInput, match="concurrency"):
+        grid.one_point({"parallel": 4}, 0)

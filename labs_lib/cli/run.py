@@ -16,7 +16,8 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--as-written",
         action="store_true",
-        help="run the build-it cells as the notebooks hold them (default: the library's reference is put in each, as CI does)",
+        help="run the build-it cells and exercises as the notebooks hold them (default, as CI does: the library's reference in each "
+        "build-it cell, and every exercise and design task shows its answer)",
     )
     p.set_defaults(func=run)
 

@@ -12,6 +12,7 @@ import pandas as pd
 from . import naive
 from .endpoints import Endpoint
 from .engines.metrics import delta, scrape, token_counts
+from .lengths import length_distribution, trace_requests
 from .load import ClosedLoop, LoadResult, closed_loop, percentile_ms, run_load
 from .prompts import PromptFactory
 from .sse import split_lines
@@ -262,6 +263,37 @@ async def concurrency_sweep(
         ]
     )
     return table, runs, pd.DataFrame(checks)
+
+
+async def trace_beside_fixed(
+    endpoint: Endpoint, factory: PromptFactory, fixed: LoadResult, trace: str, *, cap_tokens: int, progress: bool = True
+) -> tuple[pd.DataFrame, LoadResult]:
+    """The closed-loop load of `fixed` (a concurrency_sweep run: its concurrency, its number of requests) again, each
+    request's prompt and output lengths drawn from a recorded trace (lengths.trace_requests) scaled so that a request's
+    mean prompt + output tokens equal the fixed run's: the same work per request on average, spread as production
+    spreads it; each request at most `cap_tokens` in all (the engine's context per sequence). Returns one row per run
+    (the lengths sent, latency p50/p99 in ms, output tokens/s) and the trace's run."""
+    scale = (fixed.settings["prompt_tokens"] + fixed.settings["max_tokens"]) / length_distribution(trace).mean_tokens()
+    specs = trace_requests(factory, trace, len(fixed.records), scale=scale, cap=cap_tokens)
+    level = fixed.settings["concurrency"]
+    settings = {"lengths": trace, "length_scale": scale, "length_cap": cap_tokens}
+    run = await run_load(endpoint, specs, concurrency=level, progress=progress, desc=f"{trace} c={level}", settings=settings)
+    rows = []
+    for name, r in (("fixed", fixed), (trace, run)):
+        ok, summary = [x for x in r.records if x.ok], r.summary
+        prompt, output = [x.prompt_tokens or 0 for x in ok], [x.output_tokens or 0 for x in ok]
+        row: dict = {"lengths": name, "requests": len(r.records), "failed": summary.failed}
+        row |= {
+            "prompt mean": np.mean(prompt),
+            "prompt max": max(prompt),
+            "output mean": np.mean(output),
+            "output max": max(output),
+        }
+        for metric in ("ttft", "tpot", "e2e"):
+            stats = getattr(summary, f"{metric}_ms")
+            row |= {f"{metric.upper()} p50": stats.p50, f"{metric.upper()} p99": stats.p99}
+        rows.append(row | {"output tok/s": summary.output_throughput})
+    return pd.DataFrame(rows), run
 
 
 async def static_vs_continuous(

@@ -46,6 +46,15 @@ class LengthDistribution:
             pairs = [(max(1, min(c, cap - min(g, cap - 1))), min(g, cap - 1)) for c, g in pairs]
         return pairs
 
+    def mean_tokens(self) -> float:
+        """Mean prompt + output tokens of a request, unscaled and uncapped: each marginal's quantile function, linear
+        between quantiles as `sample` draws it, integrated over (0, 1)."""
+        q = np.asarray(self.quantiles)
+        return sum(
+            float(np.sum((np.diff(q) * (np.asarray(y)[1:] + np.asarray(y)[:-1])) / 2))
+            for y in (self.context_tokens, self.generated_tokens)
+        )
+
     def median(self) -> tuple[float, float]:
         """(context, output) medians, tokens."""
         return float(np.interp(0.5, self.quantiles, self.context_tokens)), float(

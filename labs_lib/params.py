@@ -63,10 +63,12 @@ def lab02(
     kv_demo_tokens,
     concurrency_levels,
     requests_per_level,
+    lengths,
     quick,
     interactive,
 ) -> SimpleNamespace:
     from .endpoints import BUILTIN, check_url
+    from .lengths import length_distribution
 
     if not isinstance(endpoint, str) or (endpoint not in BUILTIN and "://" not in endpoint):
         raise BadInput("endpoint", endpoint, "allowed: " + ", ".join(BUILTIN) + ", or an http(s):// base URL")
@@ -88,6 +90,7 @@ def lab02(
         kv_demo_tokens=positive_int("kv_demo_tokens", kv_demo_tokens, maximum=4096),
         concurrency_levels=int_list("concurrency_levels", concurrency_levels, maximum=1024),
         requests_per_level=positive_int("requests_per_level", requests_per_level, maximum=100_000),
+        lengths=None if lengths is None else length_distribution(lengths).name,  # one line naming the traces
         quick=quick,
         interactive=flag("interactive", interactive),
     )

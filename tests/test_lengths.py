@@ -10,7 +10,7 @@ import pytest
 from conftest import REPO, run_cli
 
 from labs_lib.errors import BadInput
-from labs_lib.lengths import distribution_names, length_distribution, sampled_lengths
+from labs_lib.lengths import LengthDistribution, distribution_names, length_distribution, sampled_lengths
 from labs_lib.sweep import Workload, _workload, _workload_key
 from labs_lib.vllm_interop import sweep_params
 
@@ -42,6 +42,16 @@ def test_sampling_reproduces_the_recorded_quantiles(name):
     capped = trace.sample(2000, seed=5, cap=300)  # an engine's context per request
     assert max(c + g for c, g in capped) <= 300 and min(min(p) for p in capped) >= 1
     assert max(c + g for c, g in trace.sample(2000, seed=5)) > 300  # the cap did the cutting
+
+
+@pytest.mark.parametrize("name", sorted(TABLE))
+def test_the_mean_request_is_what_sampling_draws_on_average(name):
+    trace = length_distribution(name)
+    drawn = np.array(trace.sample(200_000, seed=11))
+    assert trace.mean_tokens() == pytest.approx(drawn.sum(axis=1).mean(), rel=0.01)
+    # by hand: uniform 0-100 prompt tokens and 0-10 output tokens average 50 + 5
+    flat = LengthDistribution("flat", "", "", 2, (0.0, 1.0), (0.0, 100.0), (0.0, 10.0), 0.0)
+    assert flat.mean_tokens() == pytest.approx(55.0)
 
 
 def test_a_bad_name_or_scale_is_one_line():
@@ -124,3 +134,31 @@ def test_a_sweep_sends_each_points_drawn_lengths(tmp_path):
         assert row["status"] == "ok" and row["summary"]["completed"] == w.requests, row.get("error")
         assert row["summary"]["total_output_tokens"] == sum(g for _, g in pairs)
         assert max(c + g for c, g in pairs) <= w.length_cap
+
+
+@pytest.mark.engine
+def test_lab02s_trace_run_matches_the_fixed_runs_mean_work_and_sends_the_drawn_lengths(starts_engine):
+    """experiments.trace_beside_fixed, as lab 02 runs it: the same concurrency and number of requests as a fixed run,
+    lengths from the trace scaled to the fixed run's mean prompt + output tokens, capped at the slot's context."""
+    from labs_lib.endpoints import endpoint_for
+    from labs_lib.engines import EngineConfig
+    from labs_lib.engines.llamacpp import LlamaCppEngine
+    from labs_lib.experiments import concurrency_sweep, trace_beside_fixed
+    from labs_lib.load import run_blocking
+    from labs_lib.prompts import PromptFactory, engine_tokenizer
+
+    with LlamaCppEngine(EngineConfig(ctx=2 * 384, parallel=2)) as engine:
+        endpoint = endpoint_for(engine)
+        factory = PromptFactory(engine_tokenizer(engine.root_url), seed=0)
+        _, runs, _ = run_blocking(
+            concurrency_sweep(endpoint, factory, [2], requests=6, prompt_tokens=48, max_tokens=16, progress=False)
+        )
+        table, traced = run_blocking(
+            trace_beside_fixed(endpoint, factory, runs[0], "azure-conv-2023", cap_tokens=352, progress=False)
+        )
+    scale = (48 + 16) / length_distribution("azure-conv-2023").mean_tokens()
+    assert traced.settings["length_scale"] == pytest.approx(scale, rel=1e-3) and traced.settings["concurrency"] == 2
+    pairs = sampled_lengths("azure-conv-2023", 6, scale=traced.settings["length_scale"], cap=352)
+    assert [r.output_tokens for r in traced.records] == [g for _, g in pairs]  # ignore_eos: each decodes its draw
+    assert list(table.lengths) == ["fixed", "azure-conv-2023"] and table.failed.sum() == 0
+    assert table["output max"].iloc[0] == 16 and table["output max"].iloc[1] == max(g for _, g in pairs)

@@ -283,12 +283,8 @@ async def trace_beside_fixed(
         ok, summary = [x for x in r.records if x.ok], r.summary
         prompt, output = [x.prompt_tokens or 0 for x in ok], [x.output_tokens or 0 for x in ok]
         row: dict = {"lengths": name, "requests": len(r.records), "failed": summary.failed}
-        row |= {
-            "prompt mean": np.mean(prompt),
-            "prompt max": max(prompt),
-            "output mean": np.mean(output),
-            "output max": max(output),
-        }
+        for label, tokens in (("prompt", prompt), ("output", output)):  # no request succeeded: NaN, not an error
+            row |= {f"{label} mean": float(np.mean(tokens)) if tokens else np.nan, f"{label} max": max(tokens, default=np.nan)}
         for metric in ("ttft", "tpot", "e2e"):
             stats = getattr(summary, f"{metric}_ms")
             row |= {f"{metric.upper()} p50": stats.p50, f"{metric.upper()} p99": stats.p99}

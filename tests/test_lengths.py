@@ -162,3 +162,21 @@ def test_lab02s_trace_run_matches_the_fixed_runs_mean_work_and_sends_the_drawn_l
     assert [r.output_tokens for r in traced.records] == [g for _, g in pairs]  # ignore_eos: each decodes its draw
     assert list(table.lengths) == ["fixed", "azure-conv-2023"] and table.failed.sum() == 0
     assert table["output max"].iloc[0] == 16 and table["output max"].iloc[1] == max(g for _, g in pairs)
+
+
+def test_lab02s_trace_table_reports_failures_as_data_when_nothing_answers():
+    """No server on the port: every request of both runs fails at once; the table counts them, no exception."""
+    from labs_lib.endpoints import Endpoint
+    from labs_lib.experiments import trace_beside_fixed
+    from labs_lib.load import LoadResult, run_blocking, run_load
+    from labs_lib.prompts import PromptFactory
+    from labs_lib.timing import RequestSpec
+
+    closed = Endpoint("nothing", "http://127.0.0.1:9/v1", "m", None)
+    factory = PromptFactory(None, seed=0)
+    specs = [RequestSpec(p, 8) for p in factory.prompts(3, 16)]
+    fixed = run_blocking(run_load(closed, specs, concurrency=2, progress=False, settings={"prompt_tokens": 16, "max_tokens": 8}))
+    assert isinstance(fixed, LoadResult) and fixed.summary.failed == 3
+    table, traced = run_blocking(trace_beside_fixed(closed, factory, fixed, "azure-code-2023", cap_tokens=64, progress=False))
+    assert table.failed.tolist() == [3, 3] and table["prompt mean"].isna().all() and table["TTFT p50"].isna().all()
+    assert traced.settings["lengths"] == "azure-code-2023"

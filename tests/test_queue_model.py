@@ -126,8 +126,8 @@ def test_on_the_engine_users_beyond_one_slot_wait_as_the_queue_predicts(one_slot
         return result
 
     run_blocking(run_load(endpoint, [RequestSpec("warm up", 2)], concurrency=1, progress=False))
-    alone_run, busy_run = run(1, 4), run(4, 8)
-    alone, busy = alone_run.summary, busy_run.summary
+    alone, busy_run = run(1, 4).summary, run(4, 8)
+    busy = busy_run.summary
     # one slot never idles while users queue: the run's duration / N is its mean service time, measured under the
     # same load as its waits (on a busy machine the run alone may have seen other neighbours; on a quiet one the
     # two agree, and lab 03 uses the run alone)

@@ -41,7 +41,8 @@ class Report:
     @property
     def first_failed_step(self) -> int | None:
         """The number (1-8, the doctor's order) of the first check that failed; None when none did."""
-        return int(self.first_failure.name.split()[0]) if self.first_failure else None
+        failed = self.first_failure
+        return int(failed.name.split()[0]) if failed else None
 
     def to_dict(self) -> dict:
         return {"endpoint": self.endpoint, "checks": [asdict(c) for c in self.checks], "ok": self.ok}

@@ -81,13 +81,32 @@ def shrunk_config(name: str, layers: int) -> Path:
     return path
 
 
+def untrained_model(config, device: str):
+    """A bf16 model of `config` with every weight 0.01: what it computes is never read, only the bytes it moves and
+    allocates. transformers' random initialisation took 13 of the bare tier's 38 s on a 2-core CPU; a constant also
+    leaves no subnormal values to slow a CPU's arithmetic."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    try:  # transformers 5 moved it; 4.x keeps it in modeling_utils
+        from transformers.initialization import no_init_weights
+    except ImportError:
+        from transformers.modeling_utils import no_init_weights
+    with no_init_weights():
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    with torch.no_grad():
+        for weight in model.parameters():  # left uninitialised, as torch.empty leaves them (buffers are computed)
+            weight.fill_(0.01)
+    return model.to(device)
+
+
 def allocated_kv_bytes(config_path: Path, max_len: int, batch: int, device: str) -> int:
     """Bytes of the keys and values transformers' StaticCache allocates in one real forward pass (random weights)."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, StaticCache
+    from transformers import AutoConfig, StaticCache
 
     config = AutoConfig.from_pretrained(config_path.parent)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).to(device)
+    model = untrained_model(config, device)
     cache = StaticCache(config=config, max_cache_len=max_len)
     with torch.no_grad():
         model(
@@ -102,13 +121,13 @@ def decode_tokens_per_s(device: str, layers: int, steps: int = 64) -> tuple[floa
     """(decode tokens/s of a random-weight Llama-2-7B-shaped model with `layers` layers at batch 1, the bytes of
     weights and KV a step reads: every weight but an untied input embedding, of which one row)."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, StaticCache
+    from transformers import AutoConfig, StaticCache
 
     raw = json.loads((CONFIGS / "llama-2-7b.json").read_text()) | {"num_hidden_layers": layers}
     path = Path(tempfile.mkdtemp(prefix="decode-")) / "config.json"
     path.write_text(json.dumps(raw))
     config = AutoConfig.from_pretrained(path.parent)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).to(device).eval()
+    model = untrained_model(config, device).eval()
     # a step reads every weight but the input embedding, of which it reads one row (unless it is tied to the output head)
     embedding = model.get_input_embeddings().weight
     tied = embedding.data_ptr() == model.get_output_embeddings().weight.data_ptr()

@@ -11,6 +11,8 @@ import asyncio
 import contextlib
 import itertools
 import json
+import signal
+import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -427,13 +429,38 @@ async def warm_up(endpoint: Endpoint, n: int = 1, max_tokens: int = 4) -> list[R
 
 
 def run_blocking(coro):
-    """Run a coroutine from synchronous code (CLI, scripts). In a notebook, `await` it instead."""
+    """Run a coroutine from synchronous code (CLI, scripts). In a notebook, `await` it instead.
+
+    Ctrl-C raises KeyboardInterrupt at once, as in synchronous code and in a notebook. asyncio.run's own handler
+    (Python 3.11+) only cancels the main task, which a blocking call inside it does not see until the call returns:
+    a sweep interrupted while vLLM starts went on waiting for the start (a minute, more on a busy machine)."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(coro)
+        with _interrupt_at_once():
+            return asyncio.run(coro)
     coro.close()
     raise LabsError("an event loop is already running (a notebook?): use `await` instead of run_blocking")
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _interrupt_at_once():
+    # asyncio.run installs its handler only over Python's default one; elsewhere (a thread, SIGINT ignored) leave it
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield
+        return
+    signal.signal(signal.SIGINT, _raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 async def prefill_tokens_per_s(endpoint: Endpoint, prompts: list[str], *, extra: dict | None = None) -> float | None:

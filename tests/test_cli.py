@@ -4,6 +4,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from conftest import FIXTURES, as_from_a_terminal, assert_one_line_error, run_cli
@@ -168,3 +169,42 @@ def test_serve_stop_inside_exec_code_exits_0(sig):
     assert quirk.stdout.strip() == "stopped.", quirk.stderr
     if sys.version_info[:2] == (3, 11):  # seen on 3.11.7; later versions may mend it
         assert quirk.returncode == -signal.SIGINT, quirk.returncode
+
+
+BLOCKED_INSIDE_THE_LOOP = """
+import asyncio, sys, time
+from labs_lib.load import run_blocking
+
+async def blocked():
+    print("blocking", flush=True)
+    time.sleep({seconds})  # a blocking call inside the event loop, as an engine's start inside a sweep is
+
+try:
+    ({runner})(blocked())
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+
+
+def interrupted_after_s(runner: str, seconds: float) -> float:
+    """Seconds from Ctrl-C, sent once a blocking call of `seconds` has begun, to the script's "interrupted" (a
+    TimeoutExpired past 60 s)."""
+    script = BLOCKED_INSIDE_THE_LOOP.format(runner=runner, seconds=seconds)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, preexec_fn=as_from_a_terminal)
+    try:
+        assert proc.stdout.readline().strip() == "blocking"
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        printed, _ = proc.communicate(timeout=60)
+        assert printed.strip() == "interrupted", printed
+        return time.monotonic() - sent
+    finally:
+        proc.kill()
+
+
+def test_ctrl_c_ends_a_blocking_call_inside_run_blocking_at_once():
+    """asyncio.run (3.11+) turns Ctrl-C into a cancellation of its task, which a blocking call does not see until it
+    returns: `labs sweep` interrupted while vLLM started waited for the start. run_blocking raises at once."""
+    assert interrupted_after_s("run_blocking", 600) < 60
+    # the control: asyncio.run alone waits out the blocking call (4 s here; the signal follows its start closely)
+    assert interrupted_after_s("asyncio.run", 4) > 3

@@ -2,7 +2,7 @@
 `labs sweep --export-vllm-sweep` writes), on the CPU vLLM, in interleaved rounds: median TPOT and output tokens/s
 at each point, ratio vLLM's / the labs'. Goal (issue 25): within 5% at each point (the median over rounds).
 
-    .venv/bin/python bench/sweep_comparison.py [--grid vllm_cpu_batching] [--rounds 2]
+    .venv/bin/python bench/sweep_comparison.py [--grid vllm_cpu_batching] [--rounds 2] [--requests N]
 
 Both sides start one vLLM per configuration, warm it with one request, and send the grid's requests (the labs'
 from the corpus, vLLM's `random` dataset: the same lengths, other text). vllm-cpu's `vllm` console script fails
@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -99,6 +100,12 @@ def main() -> int:
     parser.add_argument("--grid", default="vllm_cpu_batching", help="a data/grids/*.yaml name (vLLM on CPU)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--full", action="store_true", help="the grid's full workloads, not its quick ones")
+    parser.add_argument(
+        "--requests",
+        type=int,
+        help="requests per load level on both sides (the grid's own by default): one wave of 8 "
+        "at 8 streams lasts ~2.5 s, which the two sides' own start and end timing moves by a tenth",
+    )
     args = parser.parse_args()
     header(f"sweep comparison: the labs' runner and vllm bench sweep serve, grid {args.grid}")
     install = find_vllm()
@@ -106,6 +113,9 @@ def main() -> int:
         print("no vLLM found: make setup-vllm (or LABS_VLLM_PYTHON) first")
         return verdict({"vLLM installed": False})
     grid = load_grid(DATA_DIR / "grids" / f"{args.grid}.yaml", quick=not args.full, engine="vllm")
+    if args.requests:
+        grid = replace(grid, workloads=[replace(w, requests=args.requests) for w in grid.workloads])
+    print(f"workloads: {', '.join(f'{w.name}: {w.requests} requests per level' for w in grid.workloads)}")
     rounds: list[tuple[dict, dict]] = []
     with tempfile.TemporaryDirectory(prefix="sweep-comparison-") as tmp:
         shim_dir = Path(tmp) / "bin"

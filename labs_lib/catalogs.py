@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from functools import cache
 
 from .errors import BadInput
@@ -38,11 +39,43 @@ def gpu_table():
 
 
 def catalogue_name(nvml_name: str) -> str | None:
-    """The data/gpus.json entry for an NVML device name ("NVIDIA H200" -> "H200", "NVIDIA A100-SXM4-80GB" -> "A100-80GB")."""
+    """The data/gpus.json entry for an NVML device name ("NVIDIA H200" -> "H200", "NVIDIA A100-SXM4-80GB" -> "A100-80GB",
+    "NVIDIA H100 80GB HBM3" -> "H100-SXM" by the catalogue's aliases), or None."""
     text = nvml_name.upper().replace("NVIDIA", "").replace("GEFORCE", "").strip()
+    if alias := _gpus()["aliases"].get(text.lower()):  # a name that holds no catalogue name: the SXM H100's
+        return alias
     best = None
     for name in gpu_names():
         parts = [p for p in re.split(r"[-\s]", name.upper()) if p]
         if all(p in text for p in parts) and (best is None or len(name) > len(best)):
             best = name
     return best
+
+
+@dataclass(frozen=True)
+class DevicePrice:
+    """On-demand rental of one device in USD per hour: the range one survey lists for one tier of providers."""
+
+    low_usd: float
+    high_usd: float
+    tier: str
+    as_of: str
+    source: str
+
+    @property
+    def mid_usd(self) -> float:
+        return (self.low_usd + self.high_usd) / 2
+
+    def __str__(self) -> str:
+        return f"{self.tier}s' on-demand ${self.low_usd:.2f}-{self.high_usd:.2f} per GPU-hour, {self.as_of} ({self.source})"
+
+
+def gpu_price(name: str, tier: str = "specialty cloud") -> DevicePrice | None:
+    """The catalogue's sourced price range for a card (data/gpus.json "prices"), or None for a card it lists no price
+    for. `tier`: "hyperscaler", "specialty cloud" or "long-tail provider"."""
+    prices = _gpus()["prices"]
+    tiers = prices["usd_per_gpu_hour"]
+    if tier not in tiers:
+        raise BadInput("tier", tier, "allowed: " + ", ".join(tiers))
+    found = tiers[tier].get(gpu_spec(name)["name"])
+    return DevicePrice(found[0], found[1], tier, prices["as_of"], prices["source"]) if found else None

@@ -106,7 +106,7 @@ def lab02(
     return p
 
 
-def lab03(*, engine, model, slo_ttft_ms, slo_tpot_ms, resume, quick, interactive) -> SimpleNamespace:
+def lab03(*, engine, model, slo_ttft_ms, slo_tpot_ms, resume, quick, interactive, usd_per_device_hour=None) -> SimpleNamespace:
     if model is not None and not isinstance(model, str):
         raise BadInput("model", model, "allowed: None (the grids' model) or a model id / path string")
     kind = resolve_kind(engine_name(engine), vllm_on_cpu=True)  # the lab of vLLM's knobs: vLLM wherever installed
@@ -116,6 +116,7 @@ def lab03(*, engine, model, slo_ttft_ms, slo_tpot_ms, resume, quick, interactive
         model=model,
         slo_ttft_ms=positive_number("slo_ttft_ms", slo_ttft_ms),
         slo_tpot_ms=positive_number("slo_tpot_ms", slo_tpot_ms),
+        usd_per_device_hour=None if usd_per_device_hour is None else positive_number("usd_per_device_hour", usd_per_device_hour),
         resume=flag("resume", resume),
         quick=flag("quick", quick),
         interactive=flag("interactive", interactive),

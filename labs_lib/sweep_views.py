@@ -193,17 +193,46 @@ def kv_needed_table(df: pd.DataFrame, model: str) -> tuple[pd.DataFrame | None, 
     return out, None
 
 
-def pareto_table(table: pd.DataFrame) -> pd.DataFrame:
+def pareto_table(table: pd.DataFrame, usd_per_device_hour: float | None = None) -> pd.DataFrame:
     """Every measured point (load_table rows, an `experiment` column beside) at tokens/s per user against tokens/s
     per device, the axes of `vllm bench sweep plot_pareto` and of InferenceMAX's charts: per user = 1000 / TPOT p50
     (the decode speed one stream sees), per device = output tokens/s of the whole run (one engine, one device).
-    `on_front` marks the points no other point beats on both axes: the configurations worth choosing among."""
+    `on_front` marks the points no other point beats on both axes: the configurations worth choosing among. With a
+    device's hourly price, "USD per M tokens" is what a million output tokens cost at each point's throughput
+    (usd_per_million_tokens): on one kind of device the cheapest point is the one with the most tokens/s per device,
+    so it is always on the front."""
     out = table.dropna(subset=["TPOT p50", "tok/s"]).copy()
     out = out[out["TPOT p50"] > 0]
     out["tok/s per user"] = 1000 / out["TPOT p50"]
     out["tok/s per device"] = out["tok/s"]
     out["on_front"] = on_front(list(out["tok/s per user"]), list(out["tok/s per device"]))
+    if usd_per_device_hour is not None:
+        out["USD per M tokens"] = [usd_per_million_tokens(t, usd_per_device_hour) for t in out["tok/s per device"]]
     return out.sort_values("tok/s per user").reset_index(drop=True)
+
+
+def usd_per_million_tokens(tokens_per_s: float, usd_per_device_hour: float) -> float:
+    """USD per million output tokens of a device that makes `tokens_per_s` while it is rented (the hour's price over
+    the tokens of that hour; inf at no tokens)."""
+    return usd_per_device_hour / (tokens_per_s * 3600) * 1e6 if tokens_per_s > 0 else float("inf")
+
+
+def device_hour_price(given: float | None) -> tuple[float | None, str]:
+    """(USD per device-hour for lab 03's cost column, where it comes from): `given` as it is; else the catalogue's
+    sourced range (its midpoint) for the GPU NVML finds; else (None, why)."""
+    from .catalogs import catalogue_name, gpu_price
+    from .gpu import read_gpus
+
+    if given is not None:
+        return float(given), "usd_per_device_hour, as given"
+    readings, why = read_gpus()
+    if not readings:
+        return None, f"{why}; give usd_per_device_hour, what an hour of this machine costs you"
+    name = catalogue_name(readings[0].name)
+    price = gpu_price(name) if name else None
+    if price is None:
+        return None, f"the catalogue lists no price for {readings[0].name}: give usd_per_device_hour"
+    return price.mid_usd, f"the midpoint of {name}'s {price}"
 
 
 def on_front(per_user: list[float], per_device: list[float]) -> list[bool]:

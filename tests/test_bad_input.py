@@ -194,6 +194,7 @@ NOTEBOOK_CASES = [
     ("lab02 non-numeric repeats", "02", {"repeats": "three"}, "three"),
     ("lab02 empty concurrency list", "02", {"concurrency_levels": []}, "concurrency_levels"),
     ("lab03 negative SLO", "03", {"slo_ttft_ms": -100}, "-100"),
+    ("lab03 a device that costs nothing", "03", {"usd_per_device_hour": 0}, "usd_per_device_hour"),
     ("lab04 unknown KV dtype", "04", {"kv_dtypes": ["q2"]}, "q2"),
     ("lab05 tiny context", "05", {"ctx_per_request": 8}, "8"),
     ("any lab: quick not a flag", "03", {"quick": "perhaps"}, "perhaps"),

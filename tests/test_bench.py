@@ -74,3 +74,5 @@ def test_gpu_smoke_check_says_when_there_is_no_gpu():
 
     assert catalogue_name("NVIDIA H200") == "H200" and catalogue_name("NVIDIA A100-SXM4-80GB") == "A100-80GB"
     assert catalogue_name("NVIDIA L40S") == "L40S" and catalogue_name("NVIDIA L4") == "L4"
+    assert catalogue_name("NVIDIA H100 80GB HBM3") == "H100-SXM" and catalogue_name("NVIDIA H100 PCIe") == "H100-PCIe"
+    assert catalogue_name("NVIDIA H100 NVL") is None  # 94 GB: a card the catalogue does not hold

@@ -84,3 +84,18 @@ def test_on_a_gpu_a_start_checks_the_card_before_anything_runs(on_a_gpu):
     with pytest.raises(EngineError, match="PID 4242") as refused:
         vllm_engine.VLLMEngine(EngineConfig(model="org/m"), check_flags=False)._command()
     assert "\n" not in str(refused.value)
+
+
+def test_on_a_gpu_lab03_prices_a_token_by_the_catalogues_range_for_the_card(on_a_gpu, monkeypatch):
+    """On CPU lab 03 has no price unless given one; on a GPU the catalogue's sourced range for the card NVML names
+    (its midpoint) stands in, and a card without a price says so."""
+    from labs_lib import sweep_views
+    from labs_lib.catalogs import gpu_price
+
+    monkeypatch.setattr("labs_lib.gpu.read_gpus", lambda: (on_a_gpu["cards"], None))
+    price, why = sweep_views.device_hour_price(None)
+    assert price == gpu_price("H100-SXM").mid_usd and "H100-SXM" in why and "mercatus" in why
+    assert sweep_views.device_hour_price(1.25) == (1.25, "usd_per_device_hour, as given")
+    on_a_gpu["cards"] = [L4]
+    price, why = sweep_views.device_hour_price(None)
+    assert price is None and "no price for NVIDIA L4" in why

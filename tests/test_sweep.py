@@ -342,6 +342,32 @@ def test_the_pareto_front_keeps_the_points_nothing_beats_on_both_axes():
     assert points.loc["B", "tok/s per user"] == 20.0 and points.loc["A", "tok/s per device"] == 100.0
 
 
+def test_a_token_costs_the_devices_hour_over_the_tokens_of_that_hour():
+    import pandas as pd
+
+    from labs_lib.catalogs import gpu_price
+    from labs_lib.gpu import read_gpus
+    from labs_lib.sweep_views import device_hour_price, pareto_table, usd_per_million_tokens
+
+    # 3.60 USD an hour at 1,000 tok/s: 3.6 M tokens an hour, 1 USD per M; twice the tokens, half the price
+    assert usd_per_million_tokens(1000, 3.6) == pytest.approx(1.0) and usd_per_million_tokens(2000, 3.6) == pytest.approx(0.5)
+    assert usd_per_million_tokens(0, 3.6) == float("inf")
+    table = pd.DataFrame({"config": list("ABC"), "TPOT p50": [100.0, 50.0, 200.0], "tok/s": [100.0, 50.0, 80.0]})
+    points = pareto_table(table, usd_per_device_hour=3.6).set_index("config")
+    assert points["USD per M tokens"].idxmin() == "A" and points.loc["A", "on_front"]  # the busiest device's tokens
+    assert points.loc["B", "USD per M tokens"] == pytest.approx(20.0)
+    assert "USD per M tokens" not in pareto_table(table)
+    # the catalogue's sourced range, by provider tier (data/gpus.json "prices")
+    h100 = gpu_price("H100-SXM")
+    assert h100 is not None and 0 < h100.low_usd < h100.mid_usd < h100.high_usd and h100.source.startswith("https://")
+    hyperscaler = gpu_price("h100", tier="hyperscaler")  # the catalogue's alias for the SXM card
+    assert hyperscaler is not None and hyperscaler.low_usd >= h100.low_usd
+    assert gpu_price("T4") is None  # a card the survey does not list
+    if not read_gpus()[0]:  # a CPU: no price unless one is given (on a GPU: tests/test_gpu_branches.py)
+        price, why = device_hour_price(None)
+        assert price is None and "give usd_per_device_hour" in why, why
+
+
 @pytest.mark.engine
 def test_a_real_sweeps_front_dominates_every_other_point(tmp_path):
     from labs_lib.sweep_views import load_table, pareto_table

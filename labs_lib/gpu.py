@@ -15,6 +15,7 @@ class GPUReading:
     memory_free_bytes: int
     utilization_pct: float | None
     compute_capability: tuple[int, int] | None = None  # (major, minor): 8.0 A100, 8.9 L4/RTX 4090, 9.0 H100/H200
+    energy_mj: float | None = None  # NVML's total energy since the driver loaded, mJ (Volta and later); None: not reported
 
 
 def read_gpus() -> tuple[list[GPUReading], str | None]:
@@ -41,9 +42,13 @@ def read_gpus() -> tuple[list[GPUReading], str | None]:
                 capability: tuple[int, int] | None = (int(major), int(minor))
             except Exception:
                 capability = None
+            try:
+                energy_mj: float | None = float(pynvml.nvmlDeviceGetTotalEnergyConsumption(handle))
+            except Exception:  # NVMLError_NotSupported before Volta
+                energy_mj = None
             name = pynvml.nvmlDeviceGetName(handle)
             name = name.decode() if isinstance(name, bytes) else str(name)
-            readings.append(GPUReading(i, name, int(mem.total), int(mem.used), int(mem.free), util, capability))
+            readings.append(GPUReading(i, name, int(mem.total), int(mem.used), int(mem.free), util, capability, energy_mj))
         return readings, None if readings else "no GPU: NVML found no devices"
     finally:
         with contextlib.suppress(Exception):

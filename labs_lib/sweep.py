@@ -35,6 +35,7 @@ import pandas as pd
 import yaml
 
 from .endpoints import endpoint_for
+from .energy import joules_between, read_energy
 from .engines import KINDS, Engine, EngineConfig, engine_class, make_engine
 from .engines.metrics import delta, scrape
 from .errors import (
@@ -389,6 +390,7 @@ async def _run_point(engine, kind: str, point: Point, slo: SLO | None, timeout_s
         "memory": None,
         "summary": None,
         "metrics": None,
+        "energy": None,  # joules over the load, from the machine's energy counter where one is readable (energy.py)
     }
     if point.workload is None:
         row["memory"] = _memory(engine)
@@ -417,7 +419,14 @@ async def _run_point(engine, kind: str, point: Point, slo: SLO | None, timeout_s
             progress=False,
             settings=settings,
         )
+    energy_before, no_energy = read_energy()
     result = await asyncio.wait_for(load, timeout=timeout_s)
+    energy_after, _ = read_energy() if energy_before else (None, "")
+    row["energy"] = (
+        {"joules": joules_between(energy_before, energy_after), "source": energy_before.source}
+        if energy_before and energy_after
+        else {"joules": None, "source": no_energy}
+    )
     row["metrics"] = _interesting(delta(before, scrape(engine.root_url, endpoint.headers())))
     row["memory"] = _memory(engine)
     summary = result.row()

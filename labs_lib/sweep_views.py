@@ -49,7 +49,20 @@ def load_table(df: pd.DataFrame) -> pd.DataFrame:
     for col in ("summary.short_p99_ttft_ms", "summary.long_p50_ttft_ms"):
         if col in ok:
             out[col.removeprefix("summary.")] = ok[col]
+    if "energy.joules" in ok and ok["energy.joules"].notna().any():  # where the machine's energy counter was read
+        out["tok/J"] = (ok["summary.total_output_tokens"] / ok["energy.joules"]).values
     return out.reset_index(drop=True)
+
+
+def energy_note(runs: dict[str, pd.DataFrame | None]) -> str:
+    """One line: where the sweeps' tokens per joule (load_table's "tok/J": output tokens over the joules the machine's
+    energy counter counted during the load) come from, or why there are none."""
+    frames = [df for df in runs.values() if df is not None and "energy.source" in df]
+    rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame({"energy.source": []})
+    measured = rows[rows["energy.joules"].notna()] if "energy.joules" in rows else rows.iloc[0:0]
+    if len(measured):
+        return "tokens per joule (tok/J) from " + ", ".join(sorted(set(measured["energy.source"])))
+    return "no tokens per joule: " + (", ".join(sorted(set(rows["energy.source"].dropna()))) or "no point measured a load")
 
 
 def failures(df: pd.DataFrame) -> pd.DataFrame:

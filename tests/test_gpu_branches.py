@@ -99,3 +99,22 @@ def test_on_a_gpu_lab03_prices_a_token_by_the_catalogues_range_for_the_card(on_a
     on_a_gpu["cards"] = [L4]
     price, why = sweep_views.device_hour_price(None)
     assert price is None and "no price for NVIDIA L4" in why
+
+
+def test_on_a_gpu_a_sweep_point_counts_the_cards_joules_by_nvml(on_a_gpu, monkeypatch):
+    """NVML's total energy (mJ since the driver loaded) on every card, read before and after a point's load; a card
+    that reports none (before Volta) gives no tokens per joule, and says why."""
+    from dataclasses import replace
+
+    from labs_lib import energy
+
+    monkeypatch.setattr(energy, "read_gpus", lambda: (on_a_gpu["cards"], None))
+    on_a_gpu["cards"] = [replace(H100, energy_mj=1_000_000.0), replace(H100, index=1, energy_mj=2_000_000.0)]
+    before, why = energy.read_energy()
+    assert why == "" and before is not None and before.source == "NVML, 2 GPU" and before.joules == (1000.0, 2000.0)
+    on_a_gpu["cards"] = [replace(H100, energy_mj=1_450_000.0), replace(H100, index=1, energy_mj=2_350_000.0)]
+    after, _ = energy.read_energy()
+    assert after is not None and energy.joules_between(before, after) == pytest.approx(800.0)
+    on_a_gpu["cards"] = [L4, replace(H100, energy_mj=5.0)]  # one card without the counter: no honest sum
+    reading, why = energy.read_energy()
+    assert reading is None and "no energy counter" in why

@@ -370,11 +370,20 @@ def test_a_token_costs_the_devices_hour_over_the_tokens_of_that_hour():
 
 @pytest.mark.engine
 def test_a_real_sweeps_front_dominates_every_other_point(tmp_path):
-    from labs_lib.sweep_views import load_table, pareto_table
+    from labs_lib.energy import read_energy
+    from labs_lib.sweep_views import energy_note, load_table, pareto_table
 
     grid = load_grid({**TINY, "axes": {"parallel": [1, 2]}})
-    points = pareto_table(load_table(run_blocking(run_sweep(grid, tmp_path / "p.jsonl", progress=False))))
+    rows = run_blocking(run_sweep(grid, tmp_path / "p.jsonl", progress=False))
+    points = pareto_table(load_table(rows))
     assert len(points) == 4 and points["on_front"].any()
+    # each point's joules from this machine's energy counter, or why there is none (one line, every point)
+    counter, why = read_energy()
+    if counter is None:
+        assert set(rows["energy.source"]) == {why} and rows["energy.joules"].isna().all()
+        assert energy_note({"p": rows}) == f"no tokens per joule: {why}" and "tok/J" not in points
+    else:
+        assert (rows["energy.joules"] > 0).all() and (points["tok/J"] > 0).all(), rows["energy.joules"]
     front = points[points["on_front"]]
     for _, p in points[~points["on_front"]].iterrows():
         beaten = (front["tok/s per user"] >= p["tok/s per user"]) & (front["tok/s per device"] >= p["tok/s per device"])

@@ -421,7 +421,7 @@ async def _run_point(engine, kind: str, point: Point, slo: SLO | None, timeout_s
         )
     energy_before, no_energy = read_energy()
     result = await asyncio.wait_for(load, timeout=timeout_s)
-    energy_after, _ = read_energy() if energy_before else (None, "")
+    energy_after, no_energy = read_energy() if energy_before else (None, no_energy)  # a counter gone mid-load says why
     row["energy"] = (
         {"joules": joules_between(energy_before, energy_after), "source": energy_before.source}
         if energy_before and energy_after

@@ -45,10 +45,17 @@ def starts_engine():
 
 
 @pytest.fixture
-def vllm_installed():
+def vllm_installed() -> Path:
     """For a test that needs vLLM installed but starts nothing: it is marked `vllm` (out of the fast tier, which
-    CI runs before `make setup-vllm`), skipped without vLLM, failed in CI without it (require_vllm)."""
+    CI runs before `make setup-vllm`), skipped without vLLM, failed in CI without it (require_vllm). Its value is
+    the installed vLLM's package folder, asked of vLLM's own Python: $LABS_VLLM_PYTHON may name any interpreter
+    (a conda env's, a wrapper script), not only a venv's bin/python beside lib/python3*/site-packages."""
     require_vllm()
+    from labs_lib.engines.vllm import find_vllm
+
+    ask = "import importlib.util as u; print(u.find_spec('vllm').submodule_search_locations[0])"  # finds, imports nothing
+    found = subprocess.run([find_vllm().python, "-c", ask], capture_output=True, text=True, timeout=120, check=True)
+    return Path(found.stdout.strip())
 
 
 @pytest.fixture(scope="session")

@@ -103,12 +103,9 @@ def test_lab01_verdicts_show_the_claims_own_settings_in_readable_figures():
 
 def test_the_vllm_facts_the_settings_table_cites_are_in_the_installed_vllm(vllm_installed):
     """vllm_claims_table quotes vLLM's source: each fact it rests on is read again here from the installed vLLM."""
-    from pathlib import Path
-
-    from labs_lib.engines.vllm import find_vllm
     from labs_lib.kv_math import VLLM_GPU_MEMORY_UTILIZATION
 
-    site = next(Path(find_vllm().python).parent.parent.glob("lib/python3*/site-packages")) / "vllm"
+    site = vllm_installed
     cache = (site / "config" / "cache.py").read_text()
     assert f"gpu_memory_utilization: float = Field(default={VLLM_GPU_MEMORY_UTILIZATION}," in cache
     assert '"Prefix cache hit rate: %.1f%%"' in (site / "v1" / "metrics" / "loggers.py").read_text()
@@ -131,14 +128,12 @@ def test_the_settings_table_computes_what_it_says():
 def test_the_article_config_table_holds_for_the_installed_vllm(vllm_installed):
     """Seed 004's config.toml judged against the installed vLLM's own flag list and quantization methods, not only
     the recorded 0.33.0 list the lab shows."""
-    from pathlib import Path
-
     from labs_lib.claims import article_config_table
-    from labs_lib.engines.vllm import find_vllm, known_flags
+    from labs_lib.engines.vllm import known_flags
 
     recorded, installed = article_config_table(), article_config_table(known_flags()[1])
     assert list(installed.exists) == list(recorded.exists), installed[installed.exists != recorded.exists]
-    site = next(Path(find_vllm().python).parent.parent.glob("lib/python3*/site-packages")) / "vllm"
+    site = vllm_installed
     methods = (site / "model_executor" / "layers" / "quantization" / "__init__.py").read_text()
     methods = methods[methods.index("QuantizationMethods = Literal[") :].split("]", 1)[0]
     assert all(f'"{m}"' in methods for m in ("awq", "gptq", "fp8", "int8_per_channel_weight_only"))

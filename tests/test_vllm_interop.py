@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import shlex
-from pathlib import Path
 
 import pytest
 from conftest import FIXTURES, assert_one_line_error, run_cli
@@ -58,9 +57,7 @@ def _vllm_param_sweep(vllm_python_site):
 
 @pytest.mark.parametrize("name", ["vllm_cpu_prefix_cache", "vllm_cpu_batching"])
 def test_vllms_sweep_reads_the_export_back_into_each_configurations_own_command(name, tmp_path, vllm_installed):
-    from labs_lib.engines.vllm import find_vllm
-
-    site = next(Path(find_vllm().python).parent.parent.glob("lib/python3*/site-packages"))
+    site = vllm_installed.parent
     ParameterSweep = _vllm_param_sweep(site)
     grid = load_grid(DATA_DIR / "grids" / f"{name}.yaml", quick=True, engine="vllm")
     command = write_sweep_params(grid, tmp_path / "export")

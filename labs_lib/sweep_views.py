@@ -57,12 +57,15 @@ def load_table(df: pd.DataFrame) -> pd.DataFrame:
 def energy_note(runs: dict[str, pd.DataFrame | None]) -> str:
     """One line: where the sweeps' tokens per joule (load_table's "tok/J": output tokens over the joules the machine's
     energy counter counted during the load) come from, or why there are none."""
+    # a point that ran a load has both energy.joules and energy.source (None and a reason where nothing was counted)
     frames = [df for df in runs.values() if df is not None and "energy.source" in df]
-    rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame({"energy.source": []})
-    measured = rows[rows["energy.joules"].notna()] if "energy.joules" in rows else rows.iloc[0:0]
+    if not frames:
+        return "no tokens per joule: no point measured a load"
+    rows = pd.concat(frames, ignore_index=True)
+    measured = rows.loc[rows["energy.joules"].notna(), "energy.source"]
     if len(measured):
-        return "tokens per joule (tok/J) from " + ", ".join(sorted(set(measured["energy.source"])))
-    return "no tokens per joule: " + (", ".join(sorted(set(rows["energy.source"].dropna()))) or "no point measured a load")
+        return "tokens per joule (tok/J) from " + ", ".join(sorted(set(measured)))
+    return "no tokens per joule: " + ", ".join(sorted(set(rows["energy.source"].dropna())))
 
 
 def failures(df: pd.DataFrame) -> pd.DataFrame:

@@ -24,7 +24,7 @@ $(STAMP): locks/labs.txt $(wildcard $(GPU_LOCK)) pyproject.toml
 	set -x; $(PY) -m pip install -q --require-hashes -r $(GPU_LOCK); \
 	else set -x; $(PY) -m pip install -q --require-hashes -r locks/labs.txt; fi
 	$(PY) -m pip install -q --no-deps -e .
-	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (LLM Inference Labs)" >/dev/null
+	$(PY) -m ipykernel install --sys-prefix --name llm-inference-labs --display-name "LLM Inference Labs" >/dev/null
 	@touch $(STAMP)
 
 # A GPU notebook instance: the official CUDA vLLM in .venv (with accelerate, which transformers needs to

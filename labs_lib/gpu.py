@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass
 
 
@@ -16,6 +17,7 @@ class GPUReading:
     utilization_pct: float | None
     compute_capability: tuple[int, int] | None = None  # (major, minor): 8.0 A100, 8.9 L4/RTX 4090, 9.0 H100/H200
     energy_mj: float | None = None  # NVML's total energy since the driver loaded, mJ (Volta and later); None: not reported
+    uuid: str | None = None  # "GPU-…" as CUDA_VISIBLE_DEVICES may name it
 
 
 def read_gpus() -> tuple[list[GPUReading], str | None]:
@@ -48,11 +50,34 @@ def read_gpus() -> tuple[list[GPUReading], str | None]:
                 energy_mj = None
             name = pynvml.nvmlDeviceGetName(handle)
             name = name.decode() if isinstance(name, bytes) else str(name)
-            readings.append(GPUReading(i, name, int(mem.total), int(mem.used), int(mem.free), util, capability, energy_mj))
+            try:
+                uuid = pynvml.nvmlDeviceGetUUID(handle)
+                uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+            except Exception:
+                uuid = None
+            readings.append(GPUReading(i, name, int(mem.total), int(mem.used), int(mem.free), util, capability, energy_mj, uuid))
         return readings, None if readings else "no GPU: NVML found no devices"
     finally:
         with contextlib.suppress(Exception):
             pynvml.nvmlShutdown()
+
+
+def engine_card(readings: list[GPUReading]) -> tuple[GPUReading | None, str | None]:
+    """(the card a CUDA process started now computes on, None) — the first device CUDA_VISIBLE_DEVICES names (an
+    index or a "GPU-" UUID as NVML counts them), else NVML's device 0 — or (None, why) when it cannot be told:
+    a MIG instance ("MIG-…": NVML's whole-card figures are not the instance's) or a device NVML does not list."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None or not readings:
+        return (readings[0] if readings else None), None
+    first = visible.split(",")[0].strip()
+    if first == "" or first.startswith("-"):
+        return None, f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU"
+    if first.startswith("MIG-"):
+        return None, f"CUDA_VISIBLE_DEVICES names a MIG instance ({first[:12]}…): NVML's card-wide memory is not its own"
+    for card in readings:
+        if (first.isdigit() and card.index == int(first)) or (card.uuid and card.uuid.startswith(first)):
+            return card, None
+    return None, f"CUDA_VISIBLE_DEVICES={visible!r} names no device NVML lists ({len(readings)} found)"
 
 
 @dataclass(frozen=True)

@@ -270,6 +270,9 @@ class CapacityPlan:
     overhead_parts: dict | None = None  # vllm_memory.StartupOverhead.to_dict(), when estimated
     max_num_batched_tokens: int | None = None  # the step budget assumed (vLLM's default for the card unless given)
     max_num_seqs: int | None = None  # likewise; it sizes the dummy sampler run
+    # tokens scheduled but not yet settled: 2 x max_num_batched_tokens under async scheduling (on by default on one
+    # CUDA GPU), 1 x without it (CPU); a sliding-window layer reserves its window - 1 + these per request
+    max_in_flight_tokens: int | None = None
     problem: str | None = None
 
     def to_dict(self) -> dict:
@@ -314,6 +317,9 @@ def plan_capacity(
     max_num_batched_tokens: int | None = None,
     max_num_seqs: int | None = None,
     cuda_graphs: bool = True,
+    on_cpu: bool = False,
+    async_scheduling: bool | None = None,
+    pipeline_parallel: int = 1,
 ) -> CapacityPlan:
     """Blocks, KV tokens and maximum concurrency as vLLM computes them.
 
@@ -322,7 +328,10 @@ def plan_capacity(
     activation peak, CUDA graphs; cuda_graphs=False for --enforce-eager) is estimated part by part with its low
     and high ends (vllm_memory.startup_overhead) unless overhead_gib gives it. max_num_batched_tokens and
     max_num_seqs (the profile run's sizes; the first also sizes a sliding-window layer's blocks): None takes vLLM's
-    defaults for the card (vllm_batch_defaults; 2,048 and 256 when no card is given).
+    defaults for the card (vllm_batch_defaults; 2,048 and 256 without a card; a card named beside available_kv_gib
+    gives its defaults). `on_cpu`: vLLM's CPU backend. A sliding-window layer reserves window - 1 +
+    max_in_flight_tokens per request: max_num_batched_tokens x in_flight_batches (2 under async scheduling, on by
+    default on a CUDA GPU; `async_scheduling` None takes vLLM's default, `pipeline_parallel` its stages).
     """
     spec = load_model(model)
     max_model_len = positive_int("max_model_len", max_model_len, maximum=10_000_000)
@@ -330,11 +339,13 @@ def plan_capacity(
     tp = check_tp(spec, tp)
     dt = dtype(kv_dtype)
     page_bytes = block_size * kv_bytes_per_token_per_layer(spec, dt, tp)
-    card = _card(gpu, gpu_memory_gib) if available_kv_gib is None else None
-    defaults = vllm_batch_defaults(card[1] if card else 0, card[0] if card else "")
+    named = _card(gpu, gpu_memory_gib) if available_kv_gib is None or gpu is not None else None
+    card = named if available_kv_gib is None else None  # the card's memory sizes the pool unless the pool is given
+    defaults = vllm_batch_defaults(named[1] if named else 0, named[0] if named else "", on_cpu=on_cpu)
     given = {"max_num_batched_tokens": max_num_batched_tokens, "max_num_seqs": max_num_seqs}
     tokens, seqs = (positive_int(k, defaults[k] if v is None else v, maximum=10_000_000) for k, v in given.items())
-    extra: dict[str, Any] = {"max_num_batched_tokens": tokens, "max_num_seqs": seqs}
+    in_flight = tokens * in_flight_batches(on_cpu=on_cpu, async_scheduling=async_scheduling, pipeline_parallel=pipeline_parallel)
+    extra: dict[str, Any] = {"max_num_batched_tokens": tokens, "max_num_seqs": seqs, "max_in_flight_tokens": in_flight}
     if card is None:
         available = int(positive_number("available_kv_gib", available_kv_gib) * GIB)
         ends = (available, available)
@@ -342,9 +353,9 @@ def plan_capacity(
         available, ends = _card_pool(
             spec, tp, card, gpu_memory_utilization, weight_dtype, weight_gib, overhead_gib, cuda_graphs, extra
         )
-    num_blocks, blocks_per_request = _blocks(spec, page_bytes, available, max_model_len, block_size, tokens)
+    num_blocks, blocks_per_request = _blocks(spec, page_bytes, available, max_model_len, block_size, in_flight)
     max_concurrency = num_blocks / blocks_per_request
-    low, high = (_blocks(spec, page_bytes, pool, max_model_len, block_size, tokens)[0] / blocks_per_request for pool in ends)
+    low, high = (_blocks(spec, page_bytes, pool, max_model_len, block_size, in_flight)[0] / blocks_per_request for pool in ends)
     fits = max_concurrency >= 1
     if not fits and "problem" not in extra:
         need = blocks_per_request * page_bytes * spec.num_layers
@@ -369,6 +380,15 @@ def plan_capacity(
         fits_one_request=fits,
         **extra,
     )
+
+
+def in_flight_batches(*, on_cpu: bool = False, async_scheduling: bool | None = None, pipeline_parallel: int = 1) -> int:
+    """How many batches vLLM 0.33 keeps in flight (VllmConfig.max_concurrent_batches): 2 under async scheduling with
+    one pipeline stage, else one per pipeline stage. Async scheduling by default (None): on for a CUDA GPU without
+    pipeline parallelism, off on CPU (platforms/cpu.py) and with pipeline parallelism (the V1 model runner)."""
+    pp = positive_int("pipeline_parallel", pipeline_parallel, maximum=1024)
+    on = (not on_cpu and pp == 1) if async_scheduling is None else bool(async_scheduling)
+    return 2 if on and pp == 1 else pp
 
 
 def _card_pool(
@@ -423,19 +443,21 @@ def _card_pool(
 
 
 def _card(gpu: str | None, gpu_memory_gib: float | None) -> tuple[str, int]:
-    """(the card's name, or "given"; its memory in bytes)."""
+    """(the card's name, or "given"; its memory in bytes). A catalogue name with gpu_memory_gib: that card (its
+    name decides vLLM's batch defaults: an A100 is not planned as an H100) with the memory NVML reports."""
     from .catalogs import gpu_spec
 
     if gpu is not None:
         spec = gpu_spec(gpu)
-        return spec["name"], int(spec["memory_gib"] * GIB)
+        memory_gib = spec["memory_gib"] if gpu_memory_gib is None else positive_number("gpu_memory_gib", gpu_memory_gib)
+        return spec["name"], int(memory_gib * GIB)
     if gpu_memory_gib is not None:
         return "given", int(positive_number("gpu_memory_gib", gpu_memory_gib) * GIB)
     raise BadInput("capacity", "no memory given", "allowed: --available-kv-gib X, or --gpu NAME")
 
 
 def _blocks(
-    spec: ModelSpec, page_bytes: int, available: int, max_model_len: int, block_size: int, max_num_batched_tokens: int
+    spec: ModelSpec, page_bytes: int, available: int, max_model_len: int, block_size: int, max_in_flight_tokens: int
 ) -> tuple[int, int]:
     """(blocks in the pool, blocks one request at max_model_len takes), as vLLM's allocator counts them."""
     full_blocks = -(-max_model_len // block_size)
@@ -446,7 +468,7 @@ def _blocks(
     # takes its blocks from every group. A sliding group needs window - 1 + in-flight tokens (+1 block).
     full, swa = spec.num_full_layers, spec.num_sliding_layers
     group_size = max(full, swa) if max(full, swa) < 1.5 * min(full, swa) else min(full, swa)
-    swa_tokens = min((spec.sliding_window or max_model_len) - 1 + max_num_batched_tokens, max_model_len)
+    swa_tokens = min((spec.sliding_window or max_model_len) - 1 + max_in_flight_tokens, max_model_len)
     swa_blocks = -(-swa_tokens // block_size) + 1
     num_blocks = available // (page_bytes * group_size)
     blocks_per_request = -(-full // group_size) * full_blocks + -(-swa // group_size) * swa_blocks

@@ -23,6 +23,9 @@ NOTEBOOKS_DIR = CHECKOUT_DIR / "notebooks" if CHECKOUT_DIR else Path(str(files("
 # where `labs` runs from: the checkout, or the working directory of an installed package (.venv-vllm is looked up here)
 PROJECT_DIR = CHECKOUT_DIR or Path.cwd()
 RESULTS_DIR = PROJECT_DIR / "results"  # what the labs and sweeps measure, one folder per lab
+# the Jupyter kernel the notebooks name and `make setup` / `make setup-gpu` register (its display name beside it):
+# a running JupyterLab opens the labs on this environment's Python without a kernel switch
+KERNEL_NAME, KERNEL_DISPLAY_NAME = "llm-inference-labs", "LLM Inference Labs"
 
 
 def runs_dir() -> Path:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .errors import BadInput, writable_path
 from .params import check_notebook, engine_name
-from .paths import CHECKOUT_DIR, NOTEBOOKS_DIR, PROJECT_DIR, runs_dir
+from .paths import CHECKOUT_DIR, KERNEL_DISPLAY_NAME, KERNEL_NAME, NOTEBOOKS_DIR, PROJECT_DIR, cache_dir, runs_dir
 from .progress import ENV as PROGRESS_ENV
 from .progress import bar as progress_bar
 from .redact import looks_like_key
@@ -156,9 +156,14 @@ def _print_failure(result: NotebookResult, stream=sys.stdout) -> None:
 
 
 def _kernel_env() -> None:
-    """Make the kernel papermill starts this environment's python3 (make setup installs it in sys.prefix)."""
-    share = Path(sys.prefix) / "share" / "jupyter"
-    paths = [str(share)] + [p for p in os.environ.get("JUPYTER_PATH", "").split(os.pathsep) if p]
+    """Make the kernel the notebooks name (paths.KERNEL_NAME) this interpreter, wherever the labs are installed (a
+    checkout's venv, a conda env, a wheel): its kernelspec is written to the cache, first on JUPYTER_PATH."""
+    folder = cache_dir() / "jupyter"
+    spec = folder / "kernels" / KERNEL_NAME / "kernel.json"
+    spec.parent.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    spec.write_text(json.dumps({"argv": argv, "display_name": KERNEL_DISPLAY_NAME, "language": "python"}, indent=1))
+    paths = [str(folder)] + [p for p in os.environ.get("JUPYTER_PATH", "").split(os.pathsep) if p]
     os.environ["JUPYTER_PATH"] = os.pathsep.join(dict.fromkeys(paths))
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
 
@@ -270,7 +275,7 @@ def run_series(
                     str(_filled_in(nb, filled_dir) if fill_in else nb),
                     str(output),
                     parameters=mine,
-                    kernel_name="python3",
+                    kernel_name=KERNEL_NAME,
                     # a checkout's notebooks run in notebooks/; an installed package's in the working directory, so
                     # that what they write (results/) lands there and never in site-packages
                     cwd=str(nb.parent if CHECKOUT_DIR else PROJECT_DIR),

@@ -12,8 +12,10 @@ A grid (YAML file or dict):
     quick: {axes: …, workloads: …}   # replacements used with --quick (CI)
 
 A point is (configuration, workload, load level). Each finished point is appended to a JSONL file
-at once (fsync'd); a re-run with the same file skips finished points. A configuration that fails
-to start, or a point that times out, becomes a row with the error and the engine's log tail.
+at once (fsync'd); a re-run with the same file skips the points that succeeded and retries those that failed
+(their newer row is the one read). A configuration that fails to start, or a point that times out, becomes a
+row with the error and the engine's log tail. One run writes a results file at a time: a second run of the same
+file (another notebook, another terminal) is refused in one line naming the process that holds it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import itertools
 import json
@@ -333,13 +336,47 @@ def append_row(path: Path, row: dict) -> None:
         os.close(fd)
 
 
+def latest_rows(rows: list[dict]) -> list[dict]:
+    """One row per point, the newest (a failed point retried later appends its new row), in the order the points
+    were first measured."""
+    latest: dict[str, dict] = {}
+    for row in rows:
+        latest.pop(row["point_id"], None)  # re-inserted: the newest row, at the end
+        latest[row["point_id"]] = row
+    return list(latest.values())
+
+
 def load_results(path: str | Path) -> pd.DataFrame:
-    """One row per point: config.*, workload, level, status, error, summary.*, allocation.*, metrics.*"""
-    rows = read_rows(path)
+    """One row per point (its newest): config.*, workload, level, status, error, summary.*, allocation.*, metrics.*"""
+    rows = latest_rows(read_rows(path))
     if not rows:
         return pd.DataFrame()
     flat = pd.json_normalize(rows, sep=".")
     return flat
+
+
+@contextlib.contextmanager
+def writing(path: Path):
+    """Hold `path` for this run's writes: a lock file beside it (`<name>.lock`, holding the PID), taken without
+    waiting. A second run of the same results file (another notebook's kernel, another terminal) gets one line
+    naming the process that writes it, instead of interleaving its rows with this run's. The lock is the kernel's:
+    it goes with the process, however that ends."""
+    lock_path = path.with_name(path.name + ".lock")
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "another process"
+            raise LabsError(
+                f"{path} is being written by another run (PID {holder}): let it finish, or stop it (its notebook's "
+                f"Kernel -> Shut Down, or kill {holder}), then run this again"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 # ---------------------------------------------------------------- running
@@ -563,17 +600,36 @@ async def run_sweep(
     progress: bool = True,
     keep: KeptEngine | None = None,
     loop: SweepLoop = sweep_loop,
+    fresh: bool = False,
 ) -> pd.DataFrame:
-    """Run every point not already in out_path, one engine per configuration, through `loop` (lab 03's
-    participant's own, or the library's sweep_loop); returns all results as a DataFrame.
+    """Run every point that out_path does not hold a success for (a failed point is tried again), one engine per
+    configuration, through `loop` (lab 03's participant's own, or the library's sweep_loop); returns all results
+    (the newest row per point) as a DataFrame. `fresh`: start out_path empty (its earlier points are measured
+    again). Only one run writes out_path at a time (`writing`).
 
     With `keep`, an engine kept running by the previous sweep serves this grid's points of the same configuration
     (as one engine serves all the workloads of one configuration), and this sweep's last engine is kept for the
     next; `keep.close()` (or `with KeptEngine() as keep`) stops it."""
+    out_path = writable_path("results file", out_path)  # before any engine starts
+    with writing(out_path):
+        if fresh:
+            out_path.unlink(missing_ok=True)
+        return await _run_points(grid, out_path, slo, point_timeout_s, start_timeout_s, progress, keep, loop)
+
+
+async def _run_points(
+    grid: Grid,
+    out_path: Path,
+    slo: SLO | None,
+    point_timeout_s: float,
+    start_timeout_s: float | None,
+    progress: bool,
+    keep: KeptEngine | None,
+    loop: SweepLoop,
+) -> pd.DataFrame:
     from .progress import bar as tqdm
 
-    out_path = writable_path("results file", out_path)  # before any engine starts
-    done = {r["point_id"] for r in read_rows(out_path, repair=True)}
+    done = {r["point_id"] for r in read_rows(out_path, repair=True) if r.get("status") == "ok"}
     points = [p for p in grid.points() if p.point_id(grid.engine) not in done]
     bar = tqdm(total=len(points), desc=f"sweep {grid.name}", unit="point", disable=not progress)
     by_config: dict[str, list[Point]] = {}
@@ -602,7 +658,8 @@ async def run_sweep(
 
     async def measure(config: EngineConfig, engine: Engine | None, start_error: str | None) -> None:
         i = at(config)
-        engine_or_log, reused = made[i]  # a failed start's engine still has its log
+        # a failed start's engine still has its log (a loop that reports a failure without a start: an engine never started)
+        engine_or_log, reused = made.get(i) or (make_engine(grid.engine, config), False)
         for point in groups[i][1]:
             t0 = time.perf_counter()
             row = await _point_row(engine_or_log, grid, point, start_error, reused, slo, point_timeout_s)

@@ -36,9 +36,19 @@ def label(df: pd.DataFrame) -> pd.Series:
     return df[keys].astype(str).apply(lambda r: ", ".join(f"{k.removeprefix('config.')}={v}" for k, v in r.items()), axis=1)
 
 
-def load_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Throughput and latency per configuration and load level."""
-    ok = df[df["status"] == "ok"].copy()
+def load_ok(df: pd.DataFrame | None) -> pd.DataFrame:
+    """The rows of a sweep's results that were measured (status ok); none when nothing ran or every point failed."""
+    if df is None or df.empty or "status" not in df:
+        return pd.DataFrame(columns=["status"])
+    return df[df["status"] == "ok"]
+
+
+def load_table(df: pd.DataFrame | None) -> pd.DataFrame:
+    """Throughput and latency per configuration and load level (no rows when no point ran: each failure is a row
+    of `failures`)."""
+    ok = load_ok(df).copy()
+    if ok.empty:
+        return pd.DataFrame(columns=["config", "concurrency", *LOAD_COLUMNS.values()])
     out = pd.DataFrame({"config": label(ok)})
     for col in ("level.concurrency", "level.request_rate"):
         if col in ok and ok[col].notna().any():
@@ -74,22 +84,30 @@ def failures(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def kv_pool_table(df: pd.DataFrame, engine: str) -> pd.DataFrame:
-    """What the engine allocated for each configuration (beside the lab-01 math where the engine's layout is modelled)."""
-    ok = df[df["status"] == "ok"]
+    """What the engine allocated for each configuration that started (beside the lab-01 math where the engine's
+    layout is modelled); empty when none started (a refused start is a row of `failures`)."""
+    ok = load_ok(df)
     return pd.DataFrame([engine_class(engine).kv_pool_row(r.to_dict()) for _, r in ok.iterrows()])
 
 
 def with_planned_concurrency(pool: pd.DataFrame, model: str, on_cpu: bool) -> tuple[pd.DataFrame, str | None]:
-    """vLLM's kv_pool_table with lab 01's planner beside it: 'planned max concurrency' for each point's pool (asked on
-    CPU, logged as available on a GPU) and max_model_len, in blocks of 128 tokens on CPU, 16 on a GPU. Returns the
-    table, and why the planner could not be applied (a model the catalogue lacks), else None."""
-    from .errors import BadInput
+    """vLLM's kv_pool_table with lab 01's planner beside it: 'planned max concurrency' for each point's pool (the
+    pool asked for in GiB, else the one logged as available) and max_model_len, in blocks of 128 tokens on CPU, 16
+    on a GPU, with the engine's step budget and in-flight batches (the card's defaults, async scheduling on a GPU:
+    kv_math.plan_capacity). Returns the table, and why the planner could not be applied (a model the catalogue
+    lacks, nothing started), else None."""
     from .kv_math import plan_capacity
 
-    pool_gib = pool["KV pool GiB (asked)"] if on_cpu else pool["available KV GiB (logged)"]
+    if pool.empty:
+        return pool, "no configuration started"
+    asked = pool["KV pool GiB (asked)"]
+    pool_gib = asked.where(asked.notna(), pool["available KV GiB (logged)"])
+    card = None if on_cpu else this_card()
     try:
         planned = [
-            plan_capacity(model, int(m), available_kv_gib=float(g), block_size=128 if on_cpu else 16).max_concurrency
+            plan_capacity(
+                model, int(m), available_kv_gib=float(g), block_size=128 if on_cpu else 16, on_cpu=on_cpu, gpu=card
+            ).max_concurrency
             for m, g in zip(pool["max_model_len"], pool_gib, strict=True)
         ]
     except (BadInput, TypeError, ValueError) as exc:
@@ -97,10 +115,20 @@ def with_planned_concurrency(pool: pd.DataFrame, model: str, on_cpu: bool) -> tu
     return pool.assign(**{"planned max concurrency": planned}), None
 
 
+def this_card() -> str | None:
+    """The catalogue's name for the card a GPU engine started now computes on (gpu.engine_card), or None (no
+    NVML, a card the catalogue lacks)."""
+    from .catalogs import catalogue_name
+    from .gpu import engine_card, read_gpus
+
+    card, _ = engine_card(read_gpus()[0])
+    return catalogue_name(card.name) if card else None
+
+
 def cache_hit_table(df: pd.DataFrame, engine: str) -> pd.DataFrame:
     """Prompt tokens served from the cache, per configuration, from the engine's own counters."""
     names = engine_class(engine).counters
-    ok = df[df["status"] == "ok"]
+    ok = load_ok(df)
     hits = ok.get(f"metrics.{names.cached}", pd.Series(0.0, index=ok.index)).fillna(0.0)
     prompt = ok.get(f"metrics.{names.prompt}", pd.Series(0.0, index=ok.index)).fillna(0.0)
     out = pd.DataFrame({"config": label(ok)})
@@ -111,13 +139,14 @@ def cache_hit_table(df: pd.DataFrame, engine: str) -> pd.DataFrame:
     out["prompt tokens (cache hits included)" if names.prompt_includes_cached else "prompt tokens computed"] = prompt
     out["prompt tokens from cache"] = hits
     out["hit rate"] = [cache_hit_rate(h, q, names.prompt_includes_cached) for h, q in zip(hits, prompt, strict=True)]
-    out["TTFT p50"] = ok["summary.p50_ttft_ms"]
+    out["TTFT p50"] = ok.get("summary.p50_ttft_ms", pd.Series(dtype=float))
     return out.reset_index(drop=True)
 
 
 def best_by_goodput(df: pd.DataFrame) -> pd.Series | None:
     """The point with the highest goodput (requests/s meeting every SLO)."""
-    ok = df[(df["status"] == "ok") & df.get("summary.goodput", pd.Series(dtype=float)).notna()]
+    ok = load_ok(df)
+    ok = ok[ok.get("summary.goodput", pd.Series(dtype=float, index=ok.index)).notna()]
     if ok.empty:
         return None
     return load_table(ok).sort_values(["goodput req/s", "tok/s"], ascending=False).iloc[0]
@@ -127,7 +156,7 @@ def one_slot_queue(df: pd.DataFrame) -> dict | None:
     """The batching sweep's one-sequence configuration (the fewest `parallel`) at concurrency 1 and at the highest
     concurrency measured: its mean TTFT and E2E alone, the mean TTFT measured under load, and what a first-come,
     first-served queue predicts from the run alone (load.one_at_a_time_mean_ttft_ms). None without both points."""
-    ok = df[df["status"] == "ok"]
+    ok = load_ok(df)
     if "config.parallel" not in ok or ok.empty:
         return None
     one = ok[ok["config.parallel"] == ok["config.parallel"].min()]
@@ -168,7 +197,9 @@ def cache_ttft_means(df: pd.DataFrame, engine: str) -> dict | None:
     them), and what the best one's mean would be if TTFT were only the prompt tokens computed: off's x (1 - hit
     rate). None without two configurations."""
     table = cache_hit_table(df, engine)
-    table["mean TTFT"] = df[df["status"] == "ok"]["summary.mean_ttft_ms"].to_numpy()
+    if table.empty:
+        return None
+    table["mean TTFT"] = load_ok(df)["summary.mean_ttft_ms"].to_numpy()
     if "workload" in table:
         table = table[table.workload == table.workload.iloc[0]]
     if "concurrency" in table:
@@ -191,8 +222,10 @@ def kv_needed_table(df: pd.DataFrame, model: str) -> tuple[pd.DataFrame | None, 
     """load_table beside the KV cache each point needs: min(parallel, concurrency) sequences at once, each of its
     prompt (shared prefix included) and output tokens, from lab 01's kv_cache for `model` and the point's KV dtype
     (fp16 unless the grid sets one; exact tokens, no block rounding); and goodput per MiB of it. Returns the table
-    and None, or None and why not (a model the catalogue lacks)."""
-    ok = df[df["status"] == "ok"]
+    and None, or None and why not (a model the catalogue lacks, or no point measured)."""
+    ok = load_ok(df)
+    if ok.empty:
+        return None, "no configuration started and ran its load"
     out = load_table(df)
     slots = ok.get("config.parallel", pd.Series(1, index=ok.index)).fillna(1).astype(int)
     at_once = [min(s, int(c)) for s, c in zip(slots, ok["level.concurrency"], strict=True)]
@@ -272,13 +305,17 @@ def article_checks(
     cut, prefix = prefix_cut, grid_prefix
     bt = load_table(batching)
     configs = sorted(bt.config.unique())
-    one, many = configs[0], configs[-1]
     bt_c = bt.pivot_table(index="concurrency", columns="config", values="tok/s")
     top = bt_c.index.max()
+    ratio = (
+        f"B/A = {bt_c.loc[top, configs[-1]] / bt_c.loc[top, configs[0]]:.2f}x at concurrency {top}"
+        if len(configs) > 1
+        else f"not measured: {len(configs)} of the two configurations started"
+    )
     measured = [
         row(
             "s002-conc32-throughput",
-            f"B/A = {bt_c.loc[top, many] / bt_c.loc[top, one]:.2f}x at concurrency {top}",
+            ratio,
             "throughput ratio",
             None,
             f"article: 245/61 = {245 / 61:.2f}x at 32 on a 4090 with 128 sequences; the gain grows with the slots you give it",
@@ -376,14 +413,16 @@ def _pool_findings(kv_pool: pd.DataFrame | None, engine: str) -> tuple[str, str,
         )
     else:
         overflow_text = "llama.cpp has no shared pool to overflow (a request longer than its slot gets HTTP 400, lab 05)"
-    pool_ok = kv_pool[kv_pool.status == "ok"] if kv_pool is not None else None
+    pool_ok = load_ok(kv_pool)
     if pool_ok is not None and "config.kv_cache_gib" in pool_ok and pool_ok["config.kv_cache_gib"].nunique() > 1:
         by_pool = pool_ok.groupby("config.kv_cache_gib")["summary.p50_ttft_ms"].median()
         text = (
             f"{by_pool.iloc[0]:.0f} ms with {by_pool.index[0]} GiB -> {by_pool.iloc[-1]:.0f} ms with {by_pool.index[-1]} GiB "
-            "(vLLM's own pool, on CPU given in GiB)"
+            "(the engine's own pool, given in GiB)"
         )
         return overflow_text, text, bool(by_pool.iloc[-1] < 0.7 * by_pool.iloc[0])
+    if "preemptions" in pool:  # an engine with a shared pool, fewer than two of whose sizes were measured
+        return overflow_text, "not measured: fewer than two pool sizes started and ran their load", None
     return overflow_text, "not testable on this engine: llama.cpp's slots, not its pool, bound how many sequences run", None
 
 

@@ -79,10 +79,21 @@ def test_on_a_gpu_a_start_checks_the_card_before_anything_runs(on_a_gpu):
     with pytest.raises(EngineError, match="Hopper"):
         vllm_engine.VLLMEngine(fp8_flash, check_flags=False)._command()
 
+    # another lab's engine holds 75 GiB: this one is sized from the 4.65 GiB still free (vLLM's check passes) ...
+    held = GPUProcess(4242, "python -m vllm.entrypoints.openai.api_server", int(75 * GIB))
     on_a_gpu["cards"] = [GPUReading(0, H100.name, H100.memory_total_bytes, int(75 * GIB), int(4.65 * GIB), 0.0, (9, 0))]
-    on_a_gpu["processes"] = [GPUProcess(4242, "python -m vllm.entrypoints.openai.api_server", int(75 * GIB))]
-    with pytest.raises(EngineError, match="PID 4242") as refused:
-        vllm_engine.VLLMEngine(EngineConfig(model="org/m"), check_flags=False)._command()
+    on_a_gpu["processes"] = [held]
+    shares = vllm_engine.VLLMEngine(EngineConfig(model="org/m"), check_flags=False)
+    shares._command()
+    asked = shares.config.gpu_memory_utilization * H100.memory_total_bytes
+    assert vllm_engine.MIN_ENGINE_BYTES <= asked <= 4.65 * GIB - vllm_engine.CUDA_CONTEXT_MARGIN_BYTES
+    # ... a utilization asked for that the card cannot give, or a card with too little left, is one line naming the holder
+    with pytest.raises(EngineError, match=r"PID 4242.*kill 4242") as refused:
+        vllm_engine.VLLMEngine(EngineConfig(model="org/m", gpu_memory_utilization=0.9), check_flags=False)._command()
+    assert "\n" not in str(refused.value)
+    on_a_gpu["cards"] = [GPUReading(0, H100.name, H100.memory_total_bytes, int(78.4 * GIB), int(1.25 * GIB), 0.0, (9, 0))]
+    with pytest.raises(EngineError, match=r"1\.2 GiB free of 79.6 GiB; held by PID 4242.*too little") as refused:
+        vllm_engine.VLLMEngine(EngineConfig(), check_flags=False)._command()
     assert "\n" not in str(refused.value)
 
 
@@ -118,3 +129,55 @@ def test_on_a_gpu_a_sweep_point_counts_the_cards_joules_by_nvml(on_a_gpu, monkey
     on_a_gpu["cards"] = [L4, replace(H100, energy_mj=5.0)]  # one card without the counter: no honest sum
     reading, why = energy.read_energy()
     assert reading is None and "no energy counter" in why
+
+
+def test_on_a_gpu_a_start_waits_while_a_stopped_engines_memory_comes_back(on_a_gpu, monkeypatch):
+    """Lab 03's next configuration starts a moment after the last one was stopped: NVML still counts the stopped
+    engine's memory, then frees it. The check reads the card again while memory comes back, and starts."""
+    from labs_lib.engines.base import Engine
+
+    still_held = GPUReading(0, H100.name, H100.memory_total_bytes, int(78.5 * GIB), int(1.15 * GIB), 0.0, (9, 0))
+    readings = iter([[still_held], [still_held], [H100]])  # the check's first read, then two more
+    monkeypatch.setattr(vllm_engine, "read_gpus", lambda: (next(readings, [H100]), None))
+    monkeypatch.setattr(vllm_engine.time, "sleep", lambda s: None)  # NVML's readings above stand for the waits
+    monkeypatch.setattr(Engine, "last_stopped_at", vllm_engine.time.monotonic())
+    engine = vllm_engine.VLLMEngine(EngineConfig(), check_flags=False)
+    engine._command()
+    assert engine.config.gpu_memory_utilization == vllm_engine.shared_gpu_utilization(H100.memory_total_bytes)
+    # nothing was stopped here lately and the card stays full: refused at once, in one line
+    monkeypatch.setattr(Engine, "last_stopped_at", float("-inf"))
+    monkeypatch.setattr(vllm_engine, "read_gpus", lambda: ([still_held], None))
+    with pytest.raises(EngineError, match="too little for another engine"):
+        vllm_engine.VLLMEngine(EngineConfig(), check_flags=False)._command()
+
+
+def test_on_a_gpu_vllms_own_refusal_names_who_holds_the_card(on_a_gpu):
+    """Where the labs' own check passed and vLLM still refused (another process took the card meanwhile), the
+    failed start says vLLM's reason, who holds the card and how to free it."""
+    on_a_gpu["processes"] = [GPUProcess(5151, "python -m vllm.entrypoints.openai.api_server", int(70 * GIB))]
+    log = (
+        "(EngineCore pid=7) ERROR [core.py:1012] ValueError: Free memory on device cuda:0 (9.65/79.65 GiB) on startup "
+        "is less than desired GPU memory utilization (0.92, 73.28 GiB). Decrease GPU memory utilization or reduce GPU "
+        "memory used by other processes.\n"
+    )
+    said = vllm_engine.VLLMEngine(EngineConfig(), check_flags=False)._start_error(log)
+    assert said.startswith("ValueError: Free memory on device cuda:0") and "held by PID 5151" in said
+    assert "kill 5151" in said and "\n" not in said
+
+
+def test_on_a_gpu_lab03_plans_each_pool_with_the_cards_step_budget(on_a_gpu, monkeypatch):
+    """Lab 03's table beside vLLM's pools plans with the card's max_num_batched_tokens and async scheduling's two
+    batches in flight (an H100: 8,192 x 2), not the 2,048 of a card it does not know."""
+    import pandas as pd
+
+    from labs_lib import gpu
+    from labs_lib.kv_math import plan_capacity
+    from labs_lib.sweep_views import with_planned_concurrency
+
+    monkeypatch.setattr(gpu, "read_gpus", lambda: (on_a_gpu["cards"], None))
+    pool = pd.DataFrame({"max_model_len": [8192], "KV pool GiB (asked)": [4.0], "available KV GiB (logged)": [None]})
+    planned, why_not = with_planned_concurrency(pool, "gemma-3-270m", on_cpu=False)
+    h100 = plan_capacity("gemma-3-270m", 8192, available_kv_gib=4.0, gpu="H100-SXM")
+    assert why_not is None and planned["planned max concurrency"][0] == h100.max_concurrency
+    assert h100.max_in_flight_tokens == 2 * 8192
+    assert h100.max_concurrency < plan_capacity("gemma-3-270m", 8192, available_kv_gib=4.0).max_concurrency

@@ -8,7 +8,7 @@ from conftest import REPO
 
 from labs_lib import kv_math
 from labs_lib.errors import BadInput
-from labs_lib.kv_math import GIB, kv_cache, llamacpp_layout, plan_capacity, weight_bytes
+from labs_lib.kv_math import GIB, in_flight_batches, kv_cache, llamacpp_layout, plan_capacity, vllm_batch_defaults, weight_bytes
 from labs_lib.models import ModelSpec, catalogue, load_model
 
 
@@ -254,3 +254,51 @@ def test_the_sliding_window_figure_shows_windowed_caches_growing_slower():
     assert llama[1] / llama[0] == pytest.approx(128)  # every layer keeps every token
     assert gemma[1] / gemma[0] < 30  # 5 of 6 layers keep a 1,024-token window
     assert "52/62 layers slide (W=1024)" in fig.axes[0].get_legend().get_texts()[1].get_text()
+
+
+# vLLM 0.33.0 on CUDA, read in its wheel: VllmConfig.max_concurrent_batches (vllm/config/vllm.py) is 2 under async
+# scheduling, which VllmConfig.__post_init__ turns on by default on one CUDA GPU; platforms/cpu.py turns it off;
+# max_in_flight_tokens = max_concurrent_batches x max_num_batched_tokens. The CPU build installed here shares
+# SlidingWindowSpec.max_admission_blocks_per_request (v1/kv_cache_interface.py), which the test asks directly.
+_VLLM_SWA_BLOCKS = """
+import json, sys, torch
+from vllm.v1.kv_cache_interface import SlidingWindowSpec
+spec = SlidingWindowSpec(block_size=16, num_kv_heads=1, head_size=256, dtype=torch.bfloat16, sliding_window=512)
+print(json.dumps([spec.max_admission_blocks_per_request(max_in_flight_tokens=t, max_model_len=m) for t, m in json.loads(sys.argv[1])]))
+"""
+
+
+@pytest.mark.parametrize("card", ["H100-SXM", "L4"])
+def test_the_planner_reserves_what_vllm_033_reserves_for_sliding_window_layers_on_cuda_and_on_cpu(card, vllm_installed):
+    """Gemma 3 (15 sliding-window layers of 512, 3 full; vLLM groups them 3 by 3) at 8,192 tokens: a sliding group
+    reserves window - 1 + in-flight tokens per request, in flight being twice the card's step budget on a GPU
+    (async scheduling) and once on CPU. The expected blocks come from vLLM's own function."""
+    import json
+    import subprocess
+
+    from labs_lib.engines.vllm import find_vllm
+
+    gpu = plan_capacity("gemma-3-270m", 2048, gpu=card)
+    budget = vllm_batch_defaults(gpu.gpu_memory_bytes, gpu.gpu)["max_num_batched_tokens"]
+    assert gpu.max_in_flight_tokens == 2 * budget  # async scheduling's two batches
+    on_cpu = plan_capacity("gemma-3-270m", 2048, available_kv_gib=1, block_size=16, on_cpu=True)
+    assert on_cpu.max_in_flight_tokens == 2048
+    asked = [[2 * budget, 2048], [2048, 2048], [2 * budget, 8192]]
+    done = subprocess.run(
+        [find_vllm().python, "-c", _VLLM_SWA_BLOCKS, json.dumps(asked)], capture_output=True, text=True, check=True, timeout=300
+    )
+    swa_gpu, swa_cpu, swa_gpu_long = json.loads(done.stdout.strip().splitlines()[-1])
+    full_blocks = 2048 // 16
+    assert gpu.blocks_per_request == full_blocks + 5 * swa_gpu  # 1 full group, 5 sliding groups of 3 layers
+    assert on_cpu.blocks_per_request == full_blocks + 5 * swa_cpu
+    # lab 03's table plans each pool with the card's budget: the same pool holds fewer requests than with 2,048 assumed
+    long = plan_capacity("gemma-3-270m", 8192, available_kv_gib=4, gpu=card)
+    assert long.blocks_per_request == 8192 // 16 + 5 * swa_gpu_long
+    assumed = plan_capacity("gemma-3-270m", 8192, available_kv_gib=4, async_scheduling=False)  # what lab 03 planned
+    assert assumed.max_concurrency / long.max_concurrency == pytest.approx({"H100-SXM": 2.34, "L4": 1.49}[card], abs=0.01)
+
+
+def test_async_scheduling_is_off_on_cpu_and_with_pipeline_parallelism():
+    assert in_flight_batches() == 2 and in_flight_batches(on_cpu=True) == 1
+    assert in_flight_batches(pipeline_parallel=2) == 2 and in_flight_batches(pipeline_parallel=4) == 4
+    assert in_flight_batches(async_scheduling=False) == 1

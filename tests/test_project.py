@@ -11,6 +11,8 @@ import pytest
 import yaml
 from conftest import REPO
 
+from labs_lib.paths import KERNEL_NAME
+
 
 def test_environment_yml_pip_includes_requirements():
     env = yaml.safe_load((REPO / "environment.yml").read_text())
@@ -61,10 +63,19 @@ def test_readme_shows_the_two_commands_first():
     assert order == sorted(order) and order[0] == 0, headings
 
 
+def test_the_setup_registers_the_kernel_the_notebooks_name():
+    """A running JupyterLab (an instance's, or `make lab`) opens each lab on the labs' environment: `make setup`
+    registers the kernel in the venv, `make setup-gpu` for the user (the instance's JupyterLab sees it), by the name
+    every notebook's metadata gives."""
+    makefile = (REPO / "Makefile").read_text()
+    assert f"--sys-prefix --name {KERNEL_NAME} " in makefile and f"--user --name {KERNEL_NAME} " in makefile
+    assert "--name python3" not in makefile
+
+
 @pytest.mark.parametrize("path", sorted((REPO / "notebooks").glob("*.ipynb")), ids=lambda p: p.name)
 def test_notebooks_committed_clean(path):
     nb = json.loads(path.read_text())
-    assert nb["metadata"]["kernelspec"]["name"] == "python3"
+    assert nb["metadata"]["kernelspec"]["name"] == KERNEL_NAME  # the kernel make setup and make setup-gpu register
     code = [c for c in nb["cells"] if c["cell_type"] == "code"]
     assert all(not c.get("outputs") and c.get("execution_count") is None for c in code), "commit notebooks without outputs"
     tagged = [c for c in code if "parameters" in c.get("metadata", {}).get("tags", [])]
@@ -456,6 +467,15 @@ GPU_BRANCH_TESTS = {
     ),
     ("labs_lib/engines/registry.py", "if find_vllm() is not None and (vllm_on_cpu or read_gpus()[0]):"): (
         "tests/test_gpu_branches.py::test_on_a_gpu_auto_is_vllm_and_the_labs_take_the_gpu_grids_and_models"
+    ),
+    ("labs_lib/engines/vllm.py", "before, card = card, engine_card(read_gpus()[0])[0] or card"): (
+        "tests/test_gpu_branches.py::test_on_a_gpu_a_start_waits_while_a_stopped_engines_memory_comes_back"
+    ),
+    ("labs_lib/engines/vllm.py", "card, _ = engine_card(read_gpus()[0])"): (
+        "tests/test_gpu_branches.py::test_on_a_gpu_vllms_own_refusal_names_who_holds_the_card"
+    ),
+    ("labs_lib/sweep_views.py", "card, _ = engine_card(read_gpus()[0])"): (
+        "tests/test_gpu_branches.py::test_on_a_gpu_lab03_plans_each_pool_with_the_cards_step_budget"
     ),
     ("labs_lib/roofline.py", 'if device != "cpu":'): (
         "tests/test_roofline.py::test_decode_reads_the_cards_bandwidth_on_a_gpu_and_this_machines_on_the_cpu"

@@ -325,7 +325,7 @@ def test_a_grid_says_where_it_leaves_vllms_defaults():
 
     note = defaults_note(load_grid("data/grids/gpu_prefix_cache.yaml"))
     assert "prompt_cache turns False, True; vllm's default True" in note and "(the baseline is not the default)" in note
-    assert "gpu_memory_utilization sets 0.9; vllm's default 0.92" in note
+    assert "gpu_memory_utilization" not in note  # each engine takes its share of the card from what is free
     assert "max_num_seqs" in defaults_note(load_grid("data/grids/vllm_cpu_batching.yaml"))
     assert defaults_note(load_grid("data/grids/cpu_batching.yaml")) == ""  # llama.cpp states no defaults here
 
@@ -397,7 +397,7 @@ def test_planned_concurrency_beside_vllms_pool_matches_its_start_up_line():
 
     from labs_lib.sweep_views import with_planned_concurrency
 
-    pool = pd.DataFrame({"max_model_len": [2048], "KV pool GiB (asked)": [1.0]})
+    pool = pd.DataFrame({"max_model_len": [2048], "KV pool GiB (asked)": [1.0], "available KV GiB (logged)": [None]})
     planned, why_not = with_planned_concurrency(pool, "gemma-3-270m", on_cpu=True)
     assert why_not is None and round(planned["planned max concurrency"][0], 2) == 27.03
     assert "planned max concurrency" not in pool  # the caller's table is left as it was
@@ -509,3 +509,58 @@ def test_one_point_turns_a_grid_to_one_configuration_at_one_load_in_its_own_file
         grid.one_point({"slots": 4}, 8)
     with pytest.raises(BadInput, match="concurrency"):
         grid.one_point({"parallel": 4}, 0)
+
+
+@pytest.mark.engine
+def test_a_rerun_retries_the_points_that_failed_and_keeps_the_newest_row(tmp_path):
+    """A participant whose engines could not start (another lab held the card) frees the card and runs the sweep
+    again: the failed points are measured this time, and the results hold one row per point, the newest."""
+    from labs_lib.errors import EngineError
+    from labs_lib.sweep import load_results
+
+    async def card_taken(configs, start, measure, stop):  # every start refused, as on a card another lab holds
+        for config in configs:
+            await measure(config, None, str(EngineError("Free memory on device cuda:0 (1.20/79.65 GiB) on startup …")))
+
+    out, grid = tmp_path / "retry.jsonl", load_grid(TINY)
+    refused = run_blocking(run_sweep(grid, out, progress=False, loop=card_taken))
+    assert (refused["status"] == "failed").all() and len(refused) == 2
+    again = run_blocking(run_sweep(grid, out, progress=False))
+    assert len(again) == 2 and (again["status"] == "ok").all(), again[["status", "error"]]
+    assert len(read_rows(out)) == 4 and len(load_results(out)) == 2  # the failed rows stay in the file, superseded
+    before = read_rows(out)
+    run_blocking(run_sweep(grid, out, progress=False))
+    assert read_rows(out) == before  # what succeeded is not measured again
+
+
+def test_two_runs_never_write_one_results_file(tmp_path):
+    """Lab 03 open in two notebooks (or a notebook and `labs sweep`) on the same results file: the second run is
+    refused in one line naming the process that writes it, and the file gets no row from it."""
+    from labs_lib.errors import LabsError
+
+    out = tmp_path / "shared.jsonl"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path; from labs_lib.sweep import writing\n"
+            "with writing(Path(sys.argv[1])):\n    print('holding', flush=True); sys.stdin.read()",
+            str(out),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "holding"  # the other run holds the file now
+        with pytest.raises(LabsError, match=rf"being written by another run \(PID {holder.pid}\).*kill {holder.pid}") as refused:
+            run_blocking(run_sweep(load_grid(TINY), out, progress=False))
+        assert "\n" not in str(refused.value) and not out.exists()
+    finally:
+        holder.communicate("")  # it lets go, and ends
+    assert holder.returncode == 0
+    from labs_lib.sweep import writing
+
+    with writing(out):  # free again: this process may write it
+        assert (tmp_path / "shared.jsonl.lock").read_text() == str(os.getpid())

@@ -224,7 +224,7 @@ def test_sweep_dry_run_prints_vllm_commands_for_the_gpu_grid():
 
 def test_sweep_dry_run_with_a_model_override():
     proc = run_cli("sweep", "--grid", "data/grids/gpu_kv_pool.yaml", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--dry-run")
-    assert proc.stdout.count("vllm serve meta-llama/Llama-3.1-8B-Instruct") == 5
+    assert proc.stdout.count("vllm serve meta-llama/Llama-3.1-8B-Instruct") == 4
 
 
 def test_sweep_bad_grid_is_one_line(tmp_path):

@@ -51,7 +51,7 @@ def test_engine_reports_which_vllm_and_its_allocation(vllm):
 
 def test_capacity_planner_reproduces_the_start_up_line(vllm):
     """Gemma 3 is hybrid (15 sliding + 3 full layers): vLLM groups layers and logs concurrency x max_model_len."""
-    plan = plan_capacity("gemma-3-270m", MAX_LEN, kv_dtype="bf16", block_size=128, available_kv_gib=KV_GIB)
+    plan = plan_capacity("gemma-3-270m", MAX_LEN, kv_dtype="bf16", block_size=128, available_kv_gib=KV_GIB, on_cpu=True)
     assert plan.kv_cache_tokens == vllm.allocation.kv_cache_tokens
     assert round(plan.max_concurrency, 2) == vllm.allocation.max_concurrency
 

@@ -136,6 +136,9 @@ class Engine:
     builds_weight_variants: ClassVar[bool] = False
     # llama.cpp's native /completion: token ids in and out, the prompt cache switchable per request (kv_effect)
     serves_token_ids: ClassVar[bool] = False
+    # time.monotonic() when an engine of this process was last stopped: a GPU start soon after may find the card
+    # still holding that engine's memory while its process ends (VLLMEngine waits for it)
+    last_stopped_at: ClassVar[float] = float("-inf")
 
     def __init__(self, config: EngineConfig | None = None):
         self.config = (config or EngineConfig()).validated()
@@ -310,6 +313,7 @@ class Engine:
         """Stop the server and everything it started; safe to call twice."""
         if self.proc is not None:
             _terminate_group(self.proc, grace_s)
+            Engine.last_stopped_at = time.monotonic()
         if self._finalizer is not None:
             self._finalizer.detach()
             self._finalizer = None

@@ -13,6 +13,7 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
@@ -22,7 +23,7 @@ import httpx
 import numpy as np
 
 from ..errors import BadInput, EngineError, LabsError
-from ..gpu import GPUProcess, GPUReading, gpu_processes, read_gpus
+from ..gpu import GPUProcess, GPUReading, engine_card, gpu_processes, read_gpus
 from ..keys import read_key
 from ..kv_math import VLLM_GPU_MEMORY_UTILIZATION
 from ..paths import DATA_DIR, PROJECT_DIR, cache_dir
@@ -282,12 +283,44 @@ def scores_from_prompt_logprobs(prompt_logprobs: list[dict | None], token_ids: l
 # The shipped 270M model on a GPU: 0.5 GiB of bf16 weights, activations, CUDA graphs and a KV pool of a few GiB.
 # vLLM's default utilization (0.92) would reserve the whole card for it, and the next lab's engine could not start.
 SHIPPED_GPU_BUDGET_GIB = 8.0
+# What a new process's CUDA context and torch take before vLLM measures the free memory it checks (about 0.5 GiB
+# on an H100), with room to spare: NVML's free memory now is more than vLLM will find free then.
+CUDA_CONTEXT_MARGIN_BYTES = 1 * 2**30
 
 
 def shared_gpu_utilization(total_bytes: int) -> float:
     """gpu_memory_utilization for the shipped model on a card of total_bytes: SHIPPED_GPU_BUDGET_GIB of it
     (at most vLLM's 0.92), so that engines of several labs fit on one GPU."""
     return round(min(VLLM_GPU_MEMORY_UTILIZATION, SHIPPED_GPU_BUDGET_GIB * 2**30 / total_bytes), 3)
+
+
+def sized_utilization(card: GPUReading, *, shipped: bool) -> float:
+    """gpu_memory_utilization for an engine started now on `card`, from what it has free: vLLM refuses to start
+    unless free memory at start >= total x utilization (vllm/v1/worker/utils.py, request_memory), so an engine of
+    another lab already on the card leaves this one the rest (less CUDA_CONTEXT_MARGIN_BYTES); never above vLLM's
+    0.92, and for the shipped model never above its SHIPPED_GPU_BUDGET_GIB. Rounded down to 0.001; 0 when nothing
+    is free (gpu_shortfall then says who holds the card)."""
+    room = max(0, card.memory_free_bytes - CUDA_CONTEXT_MARGIN_BYTES) / card.memory_total_bytes
+    cap = shared_gpu_utilization(card.memory_total_bytes) if shipped else VLLM_GPU_MEMORY_UTILIZATION
+    return math.floor(min(cap, room) * 1000) / 1000
+
+
+# Less than this free for an engine whose utilization the labs size: no start is tried (the shipped model's bf16
+# weights, about 1 GiB of activations and CUDA graphs, and a KV pool of a few hundred MiB)
+MIN_ENGINE_BYTES = 2 * 2**30
+
+
+def _held_by(holders: list[GPUProcess]) -> tuple[str, str]:
+    """("; held by PID 1 (vllm …) 3.0 GiB, …", how to free the card), from NVML's compute processes."""
+    held = sorted(holders, key=lambda p: -(p.memory_used_bytes or 0))
+    who = ", ".join(
+        f"PID {p.pid}"
+        + (f" ({p.name})" if p.name else "")
+        + (f" {p.memory_used_bytes / 2**30:.1f} GiB" if p.memory_used_bytes else "")
+        for p in held[:3]
+    )
+    pids = " ".join(str(p.pid) for p in held[:3]) or "PID"
+    return (f"; held by {who}" if who else ""), f"stop that engine (its notebook's Kernel -> Shut Down, or kill {pids})"
 
 
 def gpu_shortfall(utilization: float, card: GPUReading, holders: list[GPUProcess]) -> str | None:
@@ -297,23 +330,33 @@ def gpu_shortfall(utilization: float, card: GPUReading, holders: list[GPUProcess
     asked = math.ceil(card.memory_total_bytes * utilization)
     if card.memory_free_bytes >= asked:
         return None
-    held = sorted(holders, key=lambda p: -(p.memory_used_bytes or 0))
-    who = (
-        "; held by "
-        + ", ".join(
-            f"PID {p.pid}"
-            + (f" ({p.name})" if p.name else "")
-            + (f" {p.memory_used_bytes / 2**30:.1f} GiB" if p.memory_used_bytes else "")
-            for p in held[:3]
-        )
-        if held
-        else ""
-    )
+    who, free_it = _held_by(holders)
     return (
         f"vLLM would ask for {asked / 2**30:.1f} GiB of the {card.name} (gpu_memory_utilization {utilization} x "
-        f"{card.memory_total_bytes / 2**30:.1f} GiB) but {card.memory_free_bytes / 2**30:.1f} GiB is free{who}: stop "
-        "that engine (its notebook's Kernel -> Shut Down, or kill PID) or lower gpu_memory_utilization"
+        f"{card.memory_total_bytes / 2**30:.1f} GiB) but {card.memory_free_bytes / 2**30:.1f} GiB is free{who}: "
+        f"{free_it} or lower gpu_memory_utilization"
     )
+
+
+def no_room(card: GPUReading, holders: list[GPUProcess]) -> str | None:
+    """One line when the card has too little free for an engine sized from what is free (MIN_ENGINE_BYTES),
+    naming who holds it and how to free it; None when there is room."""
+    if sized_utilization(card, shipped=False) * card.memory_total_bytes >= MIN_ENGINE_BYTES:
+        return None
+    who, free_it = _held_by(holders)
+    return (
+        f"the {card.name} has {card.memory_free_bytes / 2**30:.1f} GiB free of {card.memory_total_bytes / 2**30:.1f} GiB"
+        f"{who}: too little for another engine; {free_it}"
+    )
+
+
+FREEING_WAIT_S = 20.0  # how long a start waits for a just-stopped engine's memory to come back
+
+
+def _being_freed(before: GPUReading, now: GPUReading) -> bool:
+    """Whether memory on the card is on its way back: an engine of this process stopped less than FREEING_WAIT_S
+    ago (a process's GPU memory returns after it exits), or the card's used memory fell since the last reading."""
+    return time.monotonic() - Engine.last_stopped_at < FREEING_WAIT_S or now.memory_used_bytes < before.memory_used_bytes
 
 
 def unsupported_on_card(config: EngineConfig, capability: tuple[int, int] | None) -> str | None:
@@ -489,18 +532,32 @@ class VLLMEngine(Engine):
     def _check_the_card(self) -> None:
         """Before a start on a GPU: a backend/KV dtype the card cannot run, or a card without room for what vLLM
         will ask, refuses here in one line (a sweep or lab 04 records it as the configuration's row, and no minute
-        is spent starting); the shipped model takes a small share of the card unless told otherwise."""
+        is spent starting). Unless told a utilization, the engine takes its share from what the card has free
+        (sized_utilization), so the labs' engines share one card. An engine stopped a moment ago may still hold
+        its memory while its process ends: the check reads the card again while that memory is being freed."""
         cards, _ = read_gpus()
-        if not cards:
-            return  # no NVML: vLLM's own checks speak
-        cannot = unsupported_on_card(self.config, cards[0].compute_capability)
+        card, _ = engine_card(cards)
+        if card is None:
+            return  # no NVML, or a card NVML cannot read for us (MIG): vLLM's own checks speak
+        cannot = unsupported_on_card(self.config, card.compute_capability)
         if cannot:
             raise EngineError(cannot)
-        if not self.config.model and self.config.gpu_memory_utilization is None:
-            self.config = self.config.with_(gpu_memory_utilization=shared_gpu_utilization(cards[0].memory_total_bytes))
-        problem = gpu_shortfall(self.config.gpu_memory_utilization or VLLM_GPU_MEMORY_UTILIZATION, cards[0], gpu_processes(0))
+        asked = self.config.gpu_memory_utilization
+        deadline, before = time.monotonic() + FREEING_WAIT_S, card
+        while True:
+            holders = gpu_processes(card.index)
+            if asked is None:
+                utilization = sized_utilization(card, shipped=not self.config.model)
+                problem = no_room(card, holders)
+            else:
+                utilization, problem = asked, gpu_shortfall(asked, card, holders)
+            if problem is None or time.monotonic() > deadline or not _being_freed(before, card):
+                break
+            time.sleep(0.5)  # NVML is the only witness of a card's memory coming back: read it again
+            before, card = card, engine_card(read_gpus()[0])[0] or card
         if problem:
             raise EngineError(problem)
+        self.config = self.config.with_(gpu_memory_utilization=utilization)
 
     def start(self, timeout_s: float = 1800.0) -> VLLMEngine:
         return super().start(timeout_s)  # first starts download and compile: minutes
@@ -509,7 +566,13 @@ class VLLMEngine(Engine):
         return parse_startup_log(log_text)
 
     def _start_error(self, log_text: str) -> str:
-        return first_error(log_text)
+        """vLLM's own reason; when it refused for the card's free memory, who holds the card and how to free it."""
+        error = first_error(log_text)
+        if "Free memory on device" not in error:
+            return error
+        card, _ = engine_card(read_gpus()[0])
+        who, free_it = _held_by(gpu_processes(card.index) if card else [])
+        return f"{error.rstrip('.')}{who or ' (nvidia-smi lists who holds the card)'}: {free_it}"
 
     @classmethod
     def command_for(cls, config: EngineConfig) -> tuple[str, str]:

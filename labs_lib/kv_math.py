@@ -89,6 +89,23 @@ LLAMACPP_NAMES = {
 }
 
 
+# model families vLLM 0.33 will not serve in float16 (vllm/config/model.py, _FLOAT16_NOT_SUPPORTED_MODELS: "Numerical
+# instability"); matched against the catalogue's names and Hugging Face ids
+NO_FLOAT16_FAMILIES = ("gemma-2", "gemma-3", "gemma2", "gemma3", "gemma3_text", "glm-4", "glm4")
+
+
+def served_dtype(model: str | ModelSpec, compute_capability: tuple[int, int] | None) -> str:
+    """The dtype vLLM 0.33 serves a bf16 checkpoint in with dtype "auto" on a card of this compute capability (None:
+    a card with bf16): bf16 from 8.0 on (platforms/cuda.py, check_if_supports_dtype); below it (T4 7.5, V100 7.0)
+    the first of float16, float32 the model allows (config/model.py, _resolve_auto_dtype): float32 for Gemma 2 and
+    3, whose float16 vLLM refuses, so their weights and KV cache take twice the bytes."""
+    if compute_capability is None or tuple(compute_capability) >= (8, 0):
+        return "bf16"
+    spec = load_model(model)
+    names = f"{spec.name} {spec.hf_id or ''}".lower()
+    return "fp32" if any(family in names for family in NO_FLOAT16_FAMILIES) else "fp16"
+
+
 def dtype(name: str | DType) -> DType:
     """The DType called `name` (aliases such as f16, float16, fp8_e4m3 accepted)."""
     if isinstance(name, DType):
@@ -304,14 +321,14 @@ def plan_capacity(
     model: str | ModelSpec,
     max_model_len: int,
     *,
-    kv_dtype: str | DType = "bf16",
+    kv_dtype: str | DType = "auto",
     block_size: int = 16,
     tp: int = 1,
     available_kv_gib: float | None = None,
     gpu: str | None = None,
     gpu_memory_gib: float | None = None,
     gpu_memory_utilization: float = VLLM_GPU_MEMORY_UTILIZATION,
-    weight_dtype: str | DType = "bf16",
+    weight_dtype: str | DType = "auto",
     weight_gib: float | None = None,
     overhead_gib: float | None = None,
     max_num_batched_tokens: int | None = None,
@@ -337,15 +354,18 @@ def plan_capacity(
     max_model_len = positive_int("max_model_len", max_model_len, maximum=10_000_000)
     block_size = positive_int("block_size", block_size, maximum=65_536)
     tp = check_tp(spec, tp)
+    named = _card(gpu, gpu_memory_gib) if available_kv_gib is None or gpu is not None else None
+    kv_dtype, weight_dtype, no_bf16 = _served_dtypes(spec, gpu if named else None, kv_dtype, weight_dtype)
     dt = dtype(kv_dtype)
     page_bytes = block_size * kv_bytes_per_token_per_layer(spec, dt, tp)
-    named = _card(gpu, gpu_memory_gib) if available_kv_gib is None or gpu is not None else None
     card = named if available_kv_gib is None else None  # the card's memory sizes the pool unless the pool is given
     defaults = vllm_batch_defaults(named[1] if named else 0, named[0] if named else "", on_cpu=on_cpu)
     given = {"max_num_batched_tokens": max_num_batched_tokens, "max_num_seqs": max_num_seqs}
     tokens, seqs = (positive_int(k, defaults[k] if v is None else v, maximum=10_000_000) for k, v in given.items())
     in_flight = tokens * in_flight_batches(on_cpu=on_cpu, async_scheduling=async_scheduling, pipeline_parallel=pipeline_parallel)
     extra: dict[str, Any] = {"max_num_batched_tokens": tokens, "max_num_seqs": seqs, "max_in_flight_tokens": in_flight}
+    if no_bf16:
+        extra["problem"] = no_bf16
     if card is None:
         available = int(positive_number("available_kv_gib", available_kv_gib) * GIB)
         ends = (available, available)
@@ -380,6 +400,27 @@ def plan_capacity(
         fits_one_request=fits,
         **extra,
     )
+
+
+def _served_dtypes(
+    spec: ModelSpec, gpu: str | None, kv_dtype: str | DType, weight_dtype: str | DType
+) -> tuple[str | DType, str | DType, str | None]:
+    """(KV dtype, weight dtype, a problem or None): "auto" is what vLLM serves the model in on the named card
+    (served_dtype: float32 for Gemma 3 on a T4); bf16 asked of a card without it is a problem (vLLM refuses)."""
+    from .catalogs import gpu_spec
+
+    raw = gpu_spec(gpu).get("compute_capability") if gpu else None
+    capability = tuple(int(x) for x in str(raw).split(".")) if raw else None
+    auto = served_dtype(spec, capability)  # type: ignore[arg-type]
+    kv, weights = (auto if str(d).lower() == "auto" else d for d in (kv_dtype, weight_dtype))
+    asked_bf16 = any(not isinstance(d, DType) and dtype(d).name == "bf16" for d in (kv, weights))
+    problem = None
+    if asked_bf16 and auto != "bf16":
+        problem = (
+            f"the {gpu} has no bf16 (compute capability {raw}): vLLM refuses dtype bfloat16 there; "
+            f"with dtype auto it serves {spec.name} in {auto}"
+        )
+    return kv, weights, problem
 
 
 def in_flight_batches(*, on_cpu: bool = False, async_scheduling: bool | None = None, pipeline_parallel: int = 1) -> int:

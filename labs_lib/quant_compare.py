@@ -25,15 +25,18 @@ KV_DTYPES = ("f16", "q8_0", "q4_0")
 VLLM_CPU_MODELS: tuple[dict[str, str], ...] = ({}, {"dtype": "float32"}, {"kv_cache_dtype": "fp8"})
 # quick: one vLLM start less (about a minute on 2 cores); the weights' precision is compared on llama.cpp at quick size
 VLLM_CPU_QUICK_MODELS: tuple[dict[str, str], ...] = ({}, {"kv_cache_dtype": "fp8"})
+# fp8 weights quantized at load from a bf16 checkpoint: "--quantization fp8" still does it in vLLM 0.33 but is
+# deprecated for online quantization there in favour of this name (model_loader/weight_utils.py, get_quant_config)
+ONLINE_FP8 = "fp8_per_tensor"
 # vLLM on a GPU: a family of configurations by name (lab 04's gpu_models). "shipped" needs no hub and no token;
 # the 7B family is ungated and downloads the sizes below (Hugging Face's file listings, 2026-12) once.
 GPU_MODEL_FAMILIES = {
-    "shipped": ({}, {"quantization": "fp8"}, {"kv_cache_dtype": "fp8"}),  # bf16, vLLM's online fp8 weights, fp8 KV
+    "shipped": ({}, {"quantization": ONLINE_FP8}, {"kv_cache_dtype": "fp8"}),  # bf16, vLLM's online fp8 weights, fp8 KV
     "qwen2.5-7b": (
         {"model": "Qwen/Qwen2.5-7B-Instruct"},
         {"model": "Qwen/Qwen2.5-7B-Instruct-AWQ"},  # pre-quantized: vLLM reads the method and picks the kernel
         {"model": "Qwen/Qwen2.5-7B-Instruct-GPTQ-Int4"},
-        {"model": "Qwen/Qwen2.5-7B-Instruct", "quantization": "fp8"},  # online: quantized at load, so it is asked for
+        {"model": "Qwen/Qwen2.5-7B-Instruct", "quantization": ONLINE_FP8},  # online: quantized at load, so it is asked for
         {"model": "Qwen/Qwen2.5-7B-Instruct", "kv_cache_dtype": "fp8"},
     ),
 }

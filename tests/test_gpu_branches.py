@@ -181,3 +181,74 @@ def test_on_a_gpu_lab03_plans_each_pool_with_the_cards_step_budget(on_a_gpu, mon
     assert why_not is None and planned["planned max concurrency"][0] == h100.max_concurrency
     assert h100.max_in_flight_tokens == 2 * 8192
     assert h100.max_concurrency < plan_capacity("gemma-3-270m", 8192, available_kv_gib=4.0).max_concurrency
+
+
+def test_the_attention_backend_vllm_033_logs_is_read():
+    """vLLM 0.33 logs its choice as "Using FLASH_ATTN attention backend out of potential backends: [...]"
+    (platforms/cuda.py, select_attention_backend); the kernel lines name it."""
+    engine = vllm_engine.VLLMEngine(EngineConfig(), check_flags=False)
+    log = (
+        "(EngineCore pid=9) INFO [cuda.py:509] Using FLASH_ATTN attention backend out of potential backends: "
+        "['FLASH_ATTN', 'FLASHINFER', 'TRITON_ATTN'].\n"
+    )
+    engine.log_text = lambda: log  # the engine's own log, as it reads it
+    assert "Using FLASH_ATTN attention backend" in engine.kernel_lines()
+
+
+def test_flash_attention_never_takes_an_fp8_e5m2_kv_cache():
+    """vLLM 0.33's fa_utils.flash_attn_supports_kv_cache_dtype returns False for fp8_e5m2 on every card: the labs
+    skip that configuration with the reason, even on Hopper where fp8 (e4m3) works."""
+    e5m2 = EngineConfig(model="org/m", attention_backend="FLASH_ATTN", kv_cache_dtype="fp8_e5m2")
+    assert "fp8_e5m2" in vllm_engine.unsupported_on_card(e5m2, (9, 0))
+    assert vllm_engine.unsupported_on_card(e5m2.with_(kv_cache_dtype="fp8_e4m3"), (9, 0)) is None
+
+
+def test_on_a_t4_gemma_3_is_served_and_planned_in_float32(on_a_gpu):
+    """A T4 (compute capability 7.5) has no bf16, and vLLM 0.33 refuses float16 for Gemma 3: dtype auto serves it in
+    float32 (config/model.py), so its weights and KV cache take twice the bytes; FLASH_ATTN needs 8.0."""
+    from labs_lib.kv_math import plan_capacity, served_dtype, weight_bytes
+
+    assert served_dtype("gemma-3-270m", (7, 5)) == "fp32" and served_dtype("qwen2.5-7b", (7, 5)) == "fp16"
+    assert served_dtype("gemma-3-270m", (8, 9)) == "bf16" and served_dtype("gemma-3-270m", None) == "bf16"
+    t4 = plan_capacity("gemma-3-270m", 4096, gpu="T4")
+    l4 = plan_capacity("gemma-3-270m", 4096, gpu="L4")
+    assert (t4.kv_dtype, t4.weight_dtype, l4.kv_dtype) == ("fp32", "fp32", "bf16")
+    assert t4.weight_bytes_per_rank == weight_bytes("gemma-3-270m", "fp32") == 2 * l4.weight_bytes_per_rank
+    assert t4.page_bytes == 2 * plan_capacity("gemma-3-270m", 4096, gpu="T4", kv_dtype="fp16").page_bytes
+    assert "no bf16" in plan_capacity("gemma-3-270m", 4096, gpu="T4", kv_dtype="bf16").problem
+    on_a_gpu["cards"] = [GPUReading(0, "Tesla T4", int(15 * GIB), int(0.3 * GIB), int(14.7 * GIB), 0.0, (7, 5))]
+    with pytest.raises(EngineError, match=r"8\.0 or newer"):
+        vllm_engine.VLLMEngine(EngineConfig(attention_backend="FLASH_ATTN"), check_flags=False)._command()
+
+
+def test_the_model_families_vllm_serves_in_float32_on_old_cards_are_vllms_own(vllm_installed):
+    """Every model type vLLM (the build installed here shares config/model.py) refuses float16 for is one the
+    planner serves in float32 on a card without bf16."""
+    import subprocess
+
+    from labs_lib.engines.vllm import find_vllm
+    from labs_lib.kv_math import NO_FLOAT16_FAMILIES
+
+    ask = "from vllm.config.model import _FLOAT16_NOT_SUPPORTED_MODELS as F; print(' '.join(F))"
+    types = subprocess.run(
+        [find_vllm().python, "-c", ask], capture_output=True, text=True, check=True, timeout=300
+    ).stdout.split()
+    assert types and all(t in NO_FLOAT16_FAMILIES for t in types), types
+
+
+def test_online_fp8_weights_use_the_name_vllm_033_does_not_deprecate(vllm_installed):
+    """vLLM 0.33 warns that --quantization fp8 is deprecated for online quantization (weight_utils.py,
+    get_quant_config) and maps it to fp8_per_tensor: the labs ask for that name, which the installed vLLM knows."""
+    import subprocess
+
+    from labs_lib.engines.vllm import find_vllm
+    from labs_lib.quant_compare import GPU_MODEL_FAMILIES, ONLINE_FP8
+    from labs_lib.sweep import load_grid
+
+    configs = [c for family in GPU_MODEL_FAMILIES.values() for c in family]
+    configs += load_grid("data/grids/gpu_quantization.yaml").configs()
+    online = [c.get("quantization") for c in configs if c.get("quantization")]
+    assert online and set(online) == {ONLINE_FP8}
+    ask = "from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS as Q; print(' '.join(Q))"
+    known = subprocess.run([find_vllm().python, "-c", ask], capture_output=True, text=True, check=True, timeout=300).stdout
+    assert ONLINE_FP8 in known.split()

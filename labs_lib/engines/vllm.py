@@ -367,6 +367,8 @@ def unsupported_on_card(config: EngineConfig, capability: tuple[int, int] | None
     if attention_backend(config) != "FLASH_ATTN" or capability is None:
         return None
     card = f"compute capability {capability[0]}.{capability[1]}"
+    if vllm_kv_dtype(config.kv_cache_dtype) == "fp8_e5m2":  # fa_utils.py: refused whatever the card
+        return "FLASH_ATTN cannot read an fp8_e5m2 KV cache (vLLM 0.33, fa_utils.py): use fp8 (e4m3), or FLASHINFER"
     if capability < (8, 0):
         return f"FLASH_ATTN needs compute capability 8.0 or newer; this card has {card}"
     if vllm_kv_dtype(config.kv_cache_dtype).startswith("fp8") and capability[0] not in (9, 10):
@@ -648,7 +650,9 @@ class VLLMEngine(Engine):
         config = re.search(r"quantization=([^,]+), .*?kv_cache_dtype=([^,]+),", log)
         if config:
             lines.append(f"quantization={config.group(1)}, kv_cache_dtype={config.group(2)}")
-        for m in re.finditer(r"(Selected \w+ for \w+|Using \w+ for \w+Method|Using [\w.]+ backend)", log):
+        # "Using FLASH_ATTN attention backend out of potential backends: [...]" (0.33, platforms/cuda.py) or
+        # "Using TORCH_SDPA backend" (older)
+        for m in re.finditer(r"(Selected \w+ for \w+|Using \w+ for \w+Method|Using [\w.]+ (?:attention )?backend)", log):
             if m.group(1) not in lines:
                 lines.append(m.group(1))
         return lines

@@ -29,8 +29,10 @@ $(STAMP): locks/labs.txt $(wildcard $(GPU_LOCK)) pyproject.toml
 
 # A GPU notebook instance: the official CUDA vLLM in .venv (with accelerate, which transformers needs to
 # convert the shipped GGUF), installed from the hashed lock locks/gpu-linux-<machine>.txt (make lock writes it),
-# and a kernel "LLM Inference Labs" for an already running JupyterLab. Then `make run ARGS="--engine vllm"`.
+# after the NVIDIA driver is checked against the lock's CUDA (labs_lib/driver.py), and a kernel "LLM Inference
+# Labs" for an already running JupyterLab. Then `make run ARGS="--engine vllm"`.
 setup-gpu:
+	@$(PYTHON) labs_lib/driver.py $(GPU_LOCK)  # the driver first: one line and no install when it cannot run the lock's CUDA
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@touch $(GPU_MARK) && rm -f $(STAMP)
 	@$(MAKE) --no-print-directory setup

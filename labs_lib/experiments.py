@@ -167,6 +167,24 @@ def prompt_length_sweep(
     return pd.DataFrame(rows)
 
 
+def prefill_slope(by_prompt: pd.DataFrame) -> tuple[float | None, str]:
+    """(ms of TTFT per prompt token, fitted over prompt_length_sweep's rows; or None) and a line saying what it
+    means: the prefill rate 1000 / slope, or why there is none. On a GPU a small model prefills a few hundred
+    tokens in about the time the rest of a request takes, so TTFT may not grow measurably over short prompts: a
+    slope at or below zero is noise, not a rate, and nothing divides by it."""
+    rows = by_prompt.dropna(subset=["prompt_tokens", "ttft_ms"])
+    if rows["prompt_tokens"].nunique() < 2:
+        return None, "no prefill rate: TTFT was measured at fewer than two prompt lengths"
+    slope = float(np.polyfit(rows["prompt_tokens"], rows["ttft_ms"], 1)[0])
+    if slope <= 0:
+        return None, (
+            f"no prefill rate: TTFT did not grow with the prompt ({slope:+.4f} ms per token between "
+            f"{rows['prompt_tokens'].min():,} and {rows['prompt_tokens'].max():,} tokens): prefill is too fast here "
+            "to show over these lengths; give longer prompt_lengths"
+        )
+    return slope, f"prefill: about {1000 / slope:,.0f} prompt tokens/s"
+
+
 def max_tokens_sweep(
     endpoint: Endpoint,
     factory: PromptFactory,

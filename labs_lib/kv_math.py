@@ -338,9 +338,7 @@ def plan_capacity(
     async_scheduling: bool | None = None,
     pipeline_parallel: int = 1,
 ) -> CapacityPlan:
-    """Blocks, KV tokens and maximum concurrency as vLLM computes them.
-
-    Give the KV pool directly (available_kv_gib), or a GPU (catalogue name, or its memory in GiB) with
+    """Blocks, KV tokens and maximum concurrency as vLLM computes them. Give the KV pool directly (available_kv_gib), or a GPU (catalogue name, or its memory in GiB) with
     gpu_memory_utilization: pool = total x utilization - weights/tp - overhead. The overhead (non-torch memory,
     activation peak, CUDA graphs; cuda_graphs=False for --enforce-eager) is estimated part by part with its low
     and high ends (vllm_memory.startup_overhead) unless overhead_gib gives it. max_num_batched_tokens and
@@ -364,8 +362,7 @@ def plan_capacity(
     tokens, seqs = (positive_int(k, defaults[k] if v is None else v, maximum=10_000_000) for k, v in given.items())
     in_flight = tokens * in_flight_batches(on_cpu=on_cpu, async_scheduling=async_scheduling, pipeline_parallel=pipeline_parallel)
     extra: dict[str, Any] = {"max_num_batched_tokens": tokens, "max_num_seqs": seqs, "max_in_flight_tokens": in_flight}
-    if no_bf16:
-        extra["problem"] = no_bf16
+    extra |= {"problem": no_bf16} if no_bf16 else {}
     if card is None:
         available = int(positive_number("available_kv_gib", available_kv_gib) * GIB)
         ends = (available, available)

@@ -252,3 +252,31 @@ def test_online_fp8_weights_use_the_name_vllm_033_does_not_deprecate(vllm_instal
     ask = "from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS as Q; print(' '.join(Q))"
     known = subprocess.run([find_vllm().python, "-c", ask], capture_output=True, text=True, check=True, timeout=300).stdout
     assert ONLINE_FP8 in known.split()
+
+
+def test_on_a_gpu_the_shipped_model_profiles_a_batch_its_share_of_the_card_holds(on_a_gpu):
+    """`labs serve --engine vllm` and every grid that leaves max_num_seqs: on an H100 vLLM's default is 1,024
+    sequences, whose profile run would sit inside the shipped model's 8 GiB share; the labs ask for 256."""
+    args = vllm_engine.serve_args(EngineConfig(), 8000)
+    assert args[args.index("--max-num-seqs") + 1] == str(vllm_engine.SHIPPED_MAX_NUM_SEQS)
+    assert "--max-num-seqs" not in vllm_engine.serve_args(EngineConfig(model="org/m"), 8000)  # the card's default
+    given = vllm_engine.serve_args(EngineConfig(parallel=8), 8000)
+    assert given[given.index("--max-num-seqs") + 1] == "8"
+
+
+def test_lab02_divides_by_no_prefill_slope_that_is_noise():
+    """On a GPU the shipped model's TTFT at 32 and 128 prompt tokens differs by noise: the fitted slope can be zero
+    or negative, and lab 02 then states that there is no prefill rate instead of a negative tokens/s or a
+    ZeroDivisionError (the H200's figures are a shape, not a recording: no GPU has run lab 02)."""
+    import pandas as pd
+
+    from labs_lib.experiments import prefill_slope
+
+    grows = pd.DataFrame({"prompt_tokens": [32, 128, 512], "ttft_ms": [40.0, 52.0, 100.0]})
+    slope, line = prefill_slope(grows)
+    assert slope == pytest.approx(0.125, rel=0.01) and line.startswith("prefill: about 8,0")
+    for flat in ([9.1, 9.1, 9.1], [9.4, 9.0, 8.9]):  # equal, or falling by noise
+        none, why = prefill_slope(pd.DataFrame({"prompt_tokens": [32, 128, 512], "ttft_ms": flat}))
+        assert none is None and "did not grow with the prompt" in why and "longer prompt_lengths" in why
+    one, why = prefill_slope(pd.DataFrame({"prompt_tokens": [64, 64], "ttft_ms": [9.0, 9.2]}))
+    assert one is None and "fewer than two prompt lengths" in why

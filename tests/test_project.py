@@ -477,6 +477,12 @@ GPU_BRANCH_TESTS = {
     ("labs_lib/sweep_views.py", "card, _ = engine_card(read_gpus()[0])"): (
         "tests/test_gpu_branches.py::test_on_a_gpu_lab03_plans_each_pool_with_the_cards_step_budget"
     ),
+    ("labs_lib/engines/vllm.py", 'on_gpu = bool(found and found.device != "cpu")'): (
+        "tests/test_gpu_branches.py::test_on_a_gpu_the_shipped_model_profiles_a_batch_its_share_of_the_card_holds"
+    ),
+    ("labs_lib/doctor/machine.py", 'if found.device == "cpu":'): (
+        "tests/test_driver.py::test_on_a_gpu_instance_the_doctor_checks_the_driver_against_vllms_torch"
+    ),
     ("labs_lib/roofline.py", 'if device != "cpu":'): (
         "tests/test_roofline.py::test_decode_reads_the_cards_bandwidth_on_a_gpu_and_this_machines_on_the_cpu"
     ),

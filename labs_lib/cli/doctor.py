@@ -14,7 +14,11 @@ def run(args) -> int:
     from ..errors import BadInput, positive_number
 
     timeout_s = positive_number("--timeout", args.timeout)
-    if args.config:
+    if args.machine:
+        from ..doctor.machine import run_machine_checks
+
+        report = run_machine_checks()
+    elif args.config:
         report = check_config(args.config)
     else:
         target = chosen_target(args, "exactly one of --endpoint NAME, --base-url URL or --config PATH")
@@ -42,6 +46,9 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--config",
         help="check a client config file instead (OpenAI-SDK JSON/TOML, Claude Code settings.json, Codex config.toml/auth.json)",
+    )
+    p.add_argument(
+        "--machine", action="store_true", help="check this GPU instance instead: the driver against vLLM's CUDA, the card"
     )
     p.add_argument("--timeout", default=15, help="seconds per request, > 0 (default 15)")
     p.add_argument("--json", action="store_true")

@@ -36,6 +36,7 @@ REFERENCE_VERSION = "0.33.0"
 VLLM_VENV = PROJECT_DIR / ".venv-vllm"  # make setup-vllm (in the checkout, or where an installed `labs` runs)
 SERVED_NAME = "gemma-3-270m"  # the id both engines serve the shipped model under
 CPU_KV_CACHE_GIB = 1.0  # the KV pool vLLM on CPU gets unless told otherwise
+SHIPPED_MAX_NUM_SEQS = 256  # max_num_seqs for the shipped model on a GPU unless told otherwise (serve_args)
 _FLAG = re.compile(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)")
 VLLM_KV_DTYPES = (
     "auto",
@@ -192,7 +193,10 @@ def serve_args(config: EngineConfig, port: int | None = None) -> list[str]:
         # start-up fails when other processes hold more than the rest: a KV pool of its own avoids that check
         kv_gib = CPU_KV_CACHE_GIB
     add("--kv-cache-memory-bytes", int(kv_gib * 2**30) if kv_gib is not None else None)
-    add("--max-num-seqs", config.parallel)
+    on_gpu = bool(found and found.device != "cpu")
+    # the shipped model's small share of a big card (SHIPPED_GPU_BUDGET_GIB) would otherwise hold the profile run of
+    # vLLM's 1,024 sequences for a card of 70 GiB or more (kv_math.vllm_batch_defaults): 256, as on smaller cards
+    add("--max-num-seqs", config.parallel or (SHIPPED_MAX_NUM_SEQS if shipped and on_gpu else None))
     add("--max-num-batched-tokens", config.batch_tokens)
     args.append("--enable-prefix-caching" if config.prompt_cache else "--no-enable-prefix-caching")
     if config.chunked_prefill is not None:

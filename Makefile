@@ -38,6 +38,9 @@ setup-gpu:
 	@$(MAKE) --no-print-directory setup
 	$(PY) -c "import vllm, accelerate; print('vLLM', vllm.__version__, 'in', '$(VENV)')"
 	$(PY) -m ipykernel install --user --name llm-inference-labs --display-name "LLM Inference Labs" >/dev/null
+	@# the model that shows the lessons on this card (its size first, then the hub's progress); without hub access the
+	@# labs keep the shipped model
+	$(PY) -m labs_lib workshop-model --download || echo "make setup-gpu: no workshop model; the labs serve the shipped Gemma 3 270M"
 
 # vLLM on CPU in its own venv (it pins torch, transformers and more; the labs' kernel stays light).
 # ~3 min and ~3.4 GB the first time; the engine finds it there (labs_lib.engines.vllm.find_vllm).

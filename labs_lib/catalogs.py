@@ -31,6 +31,15 @@ def gpu_spec(name: str) -> dict:
     raise BadInput("gpu", name, "allowed: " + ", ".join(data["gpus"]))
 
 
+def compute_capability(name: str) -> tuple[int, int] | None:
+    """A catalogue card's CUDA compute capability as (major, minor); None for a card without one (AMD)."""
+    raw = gpu_spec(name).get("compute_capability")
+    if not raw:
+        return None
+    major, minor = str(raw).split(".")
+    return int(major), int(minor)
+
+
 def gpu_table():
     """The catalogue as a pandas DataFrame indexed by name (pandas imported here: a bare GPU image may lack it)."""
     import pandas as pd

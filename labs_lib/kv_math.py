@@ -404,17 +404,16 @@ def _served_dtypes(
 ) -> tuple[str | DType, str | DType, str | None]:
     """(KV dtype, weight dtype, a problem or None): "auto" is what vLLM serves the model in on the named card
     (served_dtype: float32 for Gemma 3 on a T4); bf16 asked of a card without it is a problem (vLLM refuses)."""
-    from .catalogs import gpu_spec
+    from .catalogs import compute_capability
 
-    raw = gpu_spec(gpu).get("compute_capability") if gpu else None
-    capability = tuple(int(x) for x in str(raw).split(".")) if raw else None
-    auto = served_dtype(spec, capability)  # type: ignore[arg-type]
+    capability = compute_capability(gpu) if gpu else None
+    auto = served_dtype(spec, capability)
     kv, weights = (auto if str(d).lower() == "auto" else d for d in (kv_dtype, weight_dtype))
     asked_bf16 = any(not isinstance(d, DType) and dtype(d).name == "bf16" for d in (kv, weights))
     problem = None
-    if asked_bf16 and auto != "bf16":
+    if asked_bf16 and capability is not None and auto != "bf16":
         problem = (
-            f"the {gpu} has no bf16 (compute capability {raw}): vLLM refuses dtype bfloat16 there; "
+            f"the {gpu} has no bf16 (compute capability {capability[0]}.{capability[1]}): vLLM refuses dtype bfloat16 there; "
             f"with dtype auto it serves {spec.name} in {auto}"
         )
     return kv, weights, problem

@@ -131,7 +131,8 @@ def from_catalogue(ref: str) -> ModelSpec | None:
 
 
 def load_model(ref: str | ModelSpec) -> ModelSpec:
-    """A ModelSpec from a catalogue id/alias, a config.json path or a .gguf path."""
+    """A ModelSpec from a catalogue id/alias, a config.json path (or a model folder holding one: a downloaded
+    checkpoint, as the workshop model) or a .gguf path."""
     if isinstance(ref, ModelSpec):
         return ref
     text = str(ref).strip()
@@ -140,6 +141,8 @@ def load_model(ref: str | ModelSpec) -> ModelSpec:
         return from_gguf(path)
     if text.lower().endswith(".json"):
         return from_hf_config(path)
+    if (path / "config.json").is_file():
+        return from_hf_config(path / "config.json")
     spec = from_catalogue(text)
     if spec is None:
         raise BadInput(

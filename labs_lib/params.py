@@ -8,6 +8,7 @@ from .engines.registry import CHOICES, engine_class, resolve_kind
 from .errors import BadInput, choice, fraction, positive_int, positive_number
 from .kv_math import dtype
 from .models import load_model
+from .workshop_model import for_labs
 
 
 def flag(what: str, value: object) -> bool:
@@ -94,6 +95,12 @@ def lab02(
         quick=quick,
         interactive=flag("interactive", interactive),
     )
+    # the model a local engine serves: the workshop model on a GPU where one is recorded, else the shipped one
+    p.engine_model, p.model_note = {}, ""
+    if endpoint == "local" and model is None:
+        kind = resolve_kind(p.engine)
+        served, p.model_note = for_labs(engine_class(kind).grid_family() == "gpu")
+        p.engine_model = {"model": served} if served else {}
     if quick:  # small sizes for CI: the same experiments, fewer and shorter requests
         p.repeats = min(p.repeats, 2)
         p.prompt_lengths = [n for n in p.prompt_lengths if n <= 256][:2] or [32]
@@ -110,10 +117,13 @@ def lab03(*, engine, model, slo_ttft_ms, slo_tpot_ms, resume, quick, interactive
     if model is not None and not isinstance(model, str):
         raise BadInput("model", model, "allowed: None (the grids' model) or a model id / path string")
     kind = resolve_kind(engine_name(engine), vllm_on_cpu=True)  # the lab of vLLM's knobs: vLLM wherever installed
+    family = engine_class(kind).grid_family()
+    served, note = (model, f"{model}, as given") if model is not None else for_labs(family == "gpu")
     return SimpleNamespace(
         engine=kind,
-        grid_prefix=engine_class(kind).grid_family(),
-        model=model,
+        grid_prefix=family,
+        model=served,
+        model_note=note,
         slo_ttft_ms=positive_number("slo_ttft_ms", slo_ttft_ms),
         slo_tpot_ms=positive_number("slo_tpot_ms", slo_tpot_ms),
         usd_per_device_hour=None if usd_per_device_hour is None else positive_number("usd_per_device_hour", usd_per_device_hour),
@@ -145,6 +155,11 @@ def lab04(*, engine, variants, kv_dtypes, eval_tokens, gpu_models, quick, intera
     chosen = engine_class(kind)
     on_gpu = chosen.grid_family() == "gpu"
     checkpoint = not chosen.builds_weight_variants  # one checkpoint's configurations, not GGUF variants built here
+    served, model_note = for_labs(on_gpu and checkpoint)
+    if served and gpu_models == [dict(m) for m in GPU_MODEL_FAMILIES["shipped"]]:  # the default family, on the workshop model
+        gpu_models = [{**m, "model": served} for m in gpu_models]
+    elif not (on_gpu and checkpoint):
+        model_note = ""
     p = SimpleNamespace(
         engine=kind,
         weight_variants=not checkpoint,
@@ -159,6 +174,7 @@ def lab04(*, engine, variants, kv_dtypes, eval_tokens, gpu_models, quick, intera
         kv_dtypes=[str(k).lower() for k in kv_dtypes],
         eval_tokens=positive_int("eval_tokens", eval_tokens, minimum=32, maximum=1024),
         gpu_models=list(gpu_models),
+        model_note=model_note,
         quick=quick,
         interactive=flag("interactive", interactive),
     )

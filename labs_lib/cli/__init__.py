@@ -15,7 +15,7 @@ import warnings
 from ..errors import BadInput, LabsError
 from .common import Parser
 
-COMMANDS = ("models", "kv", "capacity", "run", "serve", "bench", "sweep", "quant", "doctor")
+COMMANDS = ("models", "kv", "capacity", "run", "serve", "bench", "sweep", "quant", "doctor", "workshop_model")
 
 
 def build_parser() -> Parser:

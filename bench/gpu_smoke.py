@@ -3,7 +3,9 @@
     python bench/gpu_smoke.py --tier bare [--device cuda|cpu]   # 1: a bare GPU image (PyTorch, transformers; no vLLM, no network)
     python bench/gpu_smoke.py --tier vllm [--labs]              # 2: a GPU instance after `make setup-gpu`
 
-Tier 1 runs from the repository with PYTHONPATH=. under the image's own python (bench/gpu_smoke.sh does):
+Tier 1 runs from the repository with PYTHONPATH=. under the image's own python (bench/gpu_smoke.sh does), with
+PyTorch and transformers 4.56 or newer (TRANSFORMERS_NEEDED: StaticCache built from a config, its layers' keys and
+values read after one forward pass):
 the card as NVML (or PyTorch) reports it beside data/gpus.json; its device copy bandwidth beside the catalogue's
 peak; the bytes of a real KV cache that transformers allocates for five architectures (MHA, GQA, tied, and two
 sliding-window layouts; random weights, configs shrunk to a few layers, which leaves KV bytes per layer as they
@@ -168,9 +170,26 @@ def cpu_decode_layers() -> int:
     return max(1, math.ceil((CACHE_MULTIPLE * last_level_cache_bytes() - head_bytes) / layer_bytes))
 
 
+TRANSFORMERS_NEEDED = (4, 56)  # StaticCache(config=, max_cache_len=) and cache.layers[i].keys / .values
+
+
+def transformers_too_old(version: str) -> str | None:
+    """One line when this transformers cannot run tier 1's cache checks, naming it and what is needed; else None."""
+    numbers = [int(part) for part in version.split(".")[:2] if part.isdigit()]
+    if len(numbers) == 2 and tuple(numbers) >= TRANSFORMERS_NEEDED:
+        return None
+    need = ".".join(map(str, TRANSFORMERS_NEEDED))
+    return f"tier 1 needs transformers {need} or newer (its StaticCache layers); this image has {version}: pip install 'transformers>={need}'"
+
+
 def tier_bare(device: str) -> dict[str, bool]:
+    import transformers
+
     from labs_lib.roofline import measure_bandwidth
 
+    if problem := transformers_too_old(transformers.__version__):
+        print(problem)
+        return {"transformers is new enough for tier 1": False}
     checks: dict[str, bool] = {}
     if device == "cuda":
         card, source = the_card()

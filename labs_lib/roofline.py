@@ -16,7 +16,7 @@ import numpy as np
 
 from .catalogs import catalogue_name, gpu_spec
 from .errors import BadInput
-from .gpu import read_gpus
+from .gpu import engine_card, read_gpus
 
 
 @dataclass(frozen=True)
@@ -93,8 +93,8 @@ def decode_bandwidth(device: str, *, buffer_mib: int = 512) -> tuple[float, str]
     cache are in the card's memory: the catalogue's bandwidth for the card NVML names (data/gpus.json);
     on the CPU, or a card the catalogue lacks, this machine's DRAM read bandwidth, measured now."""
     if device != "cpu":
-        gpus, _ = read_gpus()
-        name = catalogue_name(gpus[0].name) if gpus else None
+        card, _ = engine_card(read_gpus()[0])  # the card the engine computes on (CUDA_VISIBLE_DEVICES)
+        name = catalogue_name(card.name) if card else None
         if name:
             return gpu_spec(name)["bandwidth_gb_per_s"] * 1e9, f"{name}'s memory bandwidth (catalogue, data/gpus.json)"
     bw = measure_bandwidth(buffer_mib=buffer_mib)

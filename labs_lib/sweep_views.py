@@ -270,17 +270,18 @@ def device_hour_price(given: float | None) -> tuple[float | None, str]:
     """(USD per device-hour for lab 03's cost column, where it comes from): `given` as it is; else the catalogue's
     sourced range (its midpoint) for the GPU NVML finds; else (None, why)."""
     from .catalogs import catalogue_name, gpu_price
-    from .gpu import read_gpus
+    from .gpu import engine_card, read_gpus
 
     if given is not None:
         return float(given), "usd_per_device_hour, as given"
     readings, why = read_gpus()
-    if not readings:
-        return None, f"{why}; give usd_per_device_hour, what an hour of this machine costs you"
-    name = catalogue_name(readings[0].name)
+    card, not_visible = engine_card(readings)  # the card the engines compute on (CUDA_VISIBLE_DEVICES)
+    if card is None:
+        return None, f"{not_visible or why}; give usd_per_device_hour, what an hour of this machine costs you"
+    name = catalogue_name(card.name)
     price = gpu_price(name) if name else None
     if price is None:
-        return None, f"the catalogue lists no price for {readings[0].name}: give usd_per_device_hour"
+        return None, f"the catalogue lists no price for {card.name}: give usd_per_device_hour"
     return price.mid_usd, f"the midpoint of {name}'s {price}"
 
 

@@ -280,3 +280,31 @@ def test_lab02_divides_by_no_prefill_slope_that_is_noise():
         assert none is None and "did not grow with the prompt" in why and "longer prompt_lengths" in why
     one, why = prefill_slope(pd.DataFrame({"prompt_tokens": [64, 64], "ttft_ms": [9.0, 9.2]}))
     assert one is None and "fewer than two prompt lengths" in why
+
+
+def test_the_card_cuda_visible_devices_names_is_the_one_planned_priced_and_checked(on_a_gpu, monkeypatch):
+    """On a two-card instance with CUDA_VISIBLE_DEVICES=1, vLLM computes on NVML's device 1: the start-up check,
+    the price and the roofline read that card, not device 0; a MIG instance, whose memory NVML's card-wide figures
+    do not give, is left to vLLM's own check."""
+    from labs_lib import gpu, roofline
+    from labs_lib.sweep_views import device_hour_price
+
+    busy_h100 = GPUReading(0, H100.name, H100.memory_total_bytes, int(79 * GIB), int(0.65 * GIB), 0.0, (9, 0), uuid="GPU-aaa")
+    free_l4 = GPUReading(
+        1, L4.name, L4.memory_total_bytes, L4.memory_used_bytes, L4.memory_free_bytes, 0.0, (8, 9), uuid="GPU-bbb"
+    )
+    on_a_gpu["cards"] = [busy_h100, free_l4]
+    monkeypatch.setattr(gpu, "read_gpus", lambda: (on_a_gpu["cards"], None))
+    monkeypatch.setattr(roofline, "read_gpus", lambda: (on_a_gpu["cards"], None))
+    for visible in ("1", "GPU-bbb"):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+        assert gpu.engine_card(on_a_gpu["cards"]) == (free_l4, None)
+        engine = vllm_engine.VLLMEngine(EngineConfig(), check_flags=False)
+        engine._command()  # device 0 is full; device 1, the one vLLM will use, has room
+        assert engine.config.gpu_memory_utilization == vllm_engine.shared_gpu_utilization(L4.memory_total_bytes)
+        assert "L4" in device_hour_price(None)[1]
+        assert roofline.decode_bandwidth("cuda")[1].startswith("L4")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-4f2e")
+    card, why = gpu.engine_card(on_a_gpu["cards"])
+    assert card is None and "MIG" in why
+    vllm_engine.VLLMEngine(EngineConfig(), check_flags=False)._command()  # no check of ours: vLLM's own speaks

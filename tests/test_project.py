@@ -483,6 +483,12 @@ GPU_BRANCH_TESTS = {
     ("labs_lib/doctor/machine.py", 'if found.device == "cpu":'): (
         "tests/test_driver.py::test_on_a_gpu_instance_the_doctor_checks_the_driver_against_vllms_torch"
     ),
+    ("labs_lib/params.py", 'served, p.model_note = for_labs(engine_class(kind).grid_family() == "gpu")'): (
+        "tests/test_workshop_model.py::test_a_recorded_model_is_what_labs_02_to_04_serve_on_a_gpu"
+    ),
+    ("labs_lib/roofline.py", "card, _ = engine_card(read_gpus()[0])"): (
+        "tests/test_gpu_branches.py::test_the_card_cuda_visible_devices_names_is_the_one_planned_priced_and_checked"
+    ),
     ("labs_lib/roofline.py", 'if device != "cpu":'): (
         "tests/test_roofline.py::test_decode_reads_the_cards_bandwidth_on_a_gpu_and_this_machines_on_the_cpu"
     ),

@@ -6,6 +6,7 @@ import importlib
 import platform
 import re
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from .engines.vllm import find_vllm
@@ -106,10 +107,12 @@ def check_exercise(
     rel_tol: float = 0.01,
     hint: str = "",
     prediction: object = None,
+    interval_is: str = "",
 ) -> bool | None:
     """Print whether `answer` matches `expected`; None when not answered. `expected` is a number (within rel_tol),
-    a name (equal, ignoring case), an interval (low, high) such as a measured 95% confidence interval (anything
-    inside counts), or a list of names (any of them counts: e.g. every variant the measurement cannot tell apart).
+    a name (equal, ignoring case), an interval (low, high) — anything inside counts; `interval_is` says what it is
+    ("the measured 95% interval", "the planner's range") —, or a list of names (any of them counts: e.g. every
+    variant the measurement cannot tell apart).
 
     Hints come before answers: a first miss shows the hint only, a second the hint again, and the expected value
     is shown after two misses in this kernel or when the answer is "show".
@@ -118,11 +121,21 @@ def check_exercise(
     before running the lab; once the exercise is answered correctly (or shown), a second line compares it with
     the measurement."""
     hint = f" Hint: {hint}" if hint else ""
+    target = Interval(float(expected[0]), float(expected[1]), interval_is) if isinstance(expected, tuple) else expected
     prediction = _predictions.get(label) if prediction is None else prediction
-    verdict = _check(label, answer, expected, rel_tol, hint)
+    verdict = _check(label, answer, target, rel_tol, hint)
     if verdict is not None and (verdict or _misses.get(label, 0) >= 2 or asked_to_show(answer)):
-        print(f"  {_against_prediction(prediction, expected)}")
+        print(f"  {_against_prediction(prediction, target)}")
     return verdict
+
+
+@dataclass(frozen=True)
+class Interval:
+    """An exercise's expected interval: anything from low to high counts; `what` says what the interval is."""
+
+    low: float
+    high: float
+    what: str = ""
 
 
 def asked_to_show(answer: object) -> bool:
@@ -176,16 +189,16 @@ def _matches(answer: object, expected, rel_tol: float) -> bool:
         value = float(answer)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return False
-    if isinstance(expected, tuple):
-        return expected[0] <= value <= expected[1]
+    if isinstance(expected, Interval):
+        return expected.low <= value <= expected.high
     return abs(value - expected) <= rel_tol * abs(expected)
 
 
 def _shown(expected) -> str:
     if isinstance(expected, list):
         return "any of " + ", ".join(map(str, expected))
-    if isinstance(expected, tuple):
-        return f"anything in [{expected[0]:,.4g}, {expected[1]:,.4g}] (the measured 95% interval)"
+    if isinstance(expected, Interval):
+        return f"anything in [{expected.low:,.4g}, {expected.high:,.4g}]" + (f" ({expected.what})" if expected.what else "")
     return expected if isinstance(expected, str) else f"{expected:,.4g}"
 
 

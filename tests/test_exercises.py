@@ -84,3 +84,15 @@ def test_a_reference_run_asks_every_unanswered_exercise_and_design_task_for_its_
     assert cells[1]["source"] == 'design = "show"  # e.g. {"gpu": "L4"}\nif answer_1 is None:\n    design_strict = None\n'
     assert cells[2]["source"] == "answer_1 = None (a sentence, not code)"
     assert cells[3]["source"] == 'my_design = None\nold_answer_1 = None\ndesign_strict = "show"\n'
+
+
+def test_an_interval_is_labelled_by_what_it_is(capsys):
+    """Lab 01's exercise 2 grades by the planner's range (its overhead estimate's ends), not a measured confidence
+    interval: the answer shown names the interval the caller says it is, and no other."""
+    from labs_lib import notebook as lab
+
+    assert lab.check_exercise("i1", "show", (3.8, 6.8), interval_is="the planner's range") is False
+    out = capsys.readouterr().out
+    assert "anything in [3.8, 6.8] (the planner's range)" in out and "95%" not in out
+    assert lab.check_exercise("i2", "show", (0.01, 0.02), interval_is="the measured 95% interval") is False
+    assert "(the measured 95% interval)" in capsys.readouterr().out

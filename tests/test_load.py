@@ -77,3 +77,18 @@ def test_a_conversation_sends_its_earlier_turns_before_the_new_question():
         ("assistant", "two"),
         ("user", "third?"),
     ]
+
+
+def test_a_one_token_reply_meets_a_tpot_limit_as_vllm_bench_serve_counts_it():
+    """vLLM's benchmark (vllm/benchmarks/serve.py, calculate_metrics, 0.32 and 0.33): "if output_len <= 1, we regard
+    tpot as 0 for goodput". The labs' goodput (SLO.met) and the goodput build-it's reference count it the same way;
+    a failed request still never counts, and a reply whose TPOT is missing for another reason does not meet a limit."""
+    from labs_lib.build_it import goodput
+    from labs_lib.load import SLO, summarize
+    from labs_lib.timing import RequestRecord
+
+    slo = SLO(ttft_ms=200, tpot_ms=25)
+    one = RequestRecord(ttft_ms=100, tpot_ms=None, e2e_ms=100, output_tokens=1)
+    assert slo.met(one) and summarize([one], 1.0, slo).goodput == 1.0 == goodput([one], slo, 1.0)
+    assert not slo.met(RequestRecord(ttft_ms=100, tpot_ms=None, e2e_ms=100, output_tokens=1, error="HTTP 500"))
+    assert not slo.met(RequestRecord(ttft_ms=100, tpot_ms=None, e2e_ms=300, output_tokens=None))  # no usage, no TPOT

@@ -33,6 +33,9 @@ def test_the_take_home_timer_measures_and_names_a_wrong_key(monkeypatch):
         got = time_stream(engine.base_url, engine.model_id, "Name three colours.", 8, engine.api_key)
         with pytest.raises(httpx.HTTPStatusError) as wrong:
             time_stream(engine.base_url, engine.model_id, "Name three colours.", 8, "not-the-key")
+        one = time_stream(engine.base_url, engine.model_id, "Name three colours.", 1, engine.api_key)
     assert wrong.value.response.status_code == 401
     assert 1 <= got["tokens"] <= 8  # the server's count (usage), not chunks
     assert got["ttft_ms"] > 0 and got["tpot_ms"] >= 0
+    # one token has no time between tokens: no TPOT (the lab's goodput build-it calls a TPOT of 0 here a mistake)
+    assert one["tokens"] == 1 and one["ttft_ms"] > 0 and one["tpot_ms"] is None

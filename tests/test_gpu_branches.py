@@ -308,3 +308,39 @@ def test_the_card_cuda_visible_devices_names_is_the_one_planned_priced_and_check
     card, why = gpu.engine_card(on_a_gpu["cards"])
     assert card is None and "MIG" in why
     vllm_engine.VLLMEngine(EngineConfig(), check_flags=False)._command()  # no check of ours: vLLM's own speaks
+
+
+def test_lab01_plans_the_card_by_its_catalogue_name_with_the_memory_nvml_reports():
+    """An A100-80GB reports 79.15 GiB: planned as "given" memory it took the H100's batch defaults (8,192 tokens,
+    1,024 sequences); by its catalogue name it keeps vLLM's A100 rule (2,048 and 256), with NVML's bytes."""
+    from labs_lib.kv_math import plan_capacity
+
+    by_name = plan_capacity("qwen2.5-7b", 8192, gpu="A100-80GB", gpu_memory_gib=79.15)
+    by_bytes = plan_capacity("qwen2.5-7b", 8192, gpu_memory_gib=79.15)
+    assert (by_name.max_num_batched_tokens, by_name.max_num_seqs) == (2048, 256)
+    assert (by_bytes.max_num_batched_tokens, by_bytes.max_num_seqs) == (8192, 1024)
+    assert by_name.gpu_memory_bytes == by_bytes.gpu_memory_bytes == int(79.15 * GIB)
+    assert by_name.gpu_memory_utilization == 0.92  # vLLM 0.33's default, as lab 01 now plans
+
+
+def test_on_a_gpu_lab03_sets_ttft_beside_the_pool_it_gave_vllm():
+    """Lab 03's GPU pool grid states its pool in bytes (kv_cache_gib): the check "does a bigger pool cut TTFT"
+    reads it there as on CPU (it grouped by kv_cache_gib while the GPU grid turned the utilization, so it never ran)."""
+    import pandas as pd
+
+    from labs_lib.sweep import load_grid
+    from labs_lib.sweep_views import _pool_findings
+
+    grid = load_grid("data/grids/gpu_kv_pool.yaml")
+    assert set(grid.axes) == {"kv_cache_gib"} and "gpu_memory_utilization" not in grid.base
+    rows = pd.DataFrame(
+        {
+            "status": ["ok"] * 4,
+            "config.kv_cache_gib": grid.axes["kv_cache_gib"],
+            "config.max_model_len": [1024] * 4,
+            "summary.p50_ttft_ms": [900.0, 600.0, 300.0, 120.0],
+            "metrics.vllm:num_preemptions_total": [40.0, 12.0, 2.0, 0.0],
+        }
+    )
+    overflow, text, holds = _pool_findings(rows, "vllm")
+    assert "preempted 40 times" in overflow and "900 ms with 0.25 GiB -> 120 ms with 4.0 GiB" in text and holds is True

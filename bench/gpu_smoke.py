@@ -183,13 +183,8 @@ def transformers_too_old(version: str) -> str | None:
 
 
 def tier_bare(device: str) -> dict[str, bool]:
-    import transformers
-
     from labs_lib.roofline import measure_bandwidth
 
-    if problem := transformers_too_old(transformers.__version__):
-        print(problem)
-        return {"transformers is new enough for tier 1": False}
     checks: dict[str, bool] = {}
     if device == "cuda":
         card, source = the_card()
@@ -220,6 +215,15 @@ def tier_bare(device: str) -> dict[str, bool]:
         bandwidths = [measured * 1e9]
     else:  # this machine's DRAM read bandwidth, before and after the decode run (a busy machine drifts)
         bandwidths = [measure_bandwidth(buffer_mib=256).bytes_per_s]
+    try:  # the cache and decode checks build models with transformers
+        import transformers
+
+        problem = transformers_too_old(transformers.__version__)
+    except ImportError:
+        problem = "tier 1 needs transformers (and PyTorch): this python has no transformers"
+    if problem:
+        print(problem)
+        return {**checks, "transformers is new enough for tier 1": False}
     max_len, batch = 8192, 2
     for name, layers in ARCHITECTURES:
         path = shrunk_config(name, layers)

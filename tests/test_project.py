@@ -525,3 +525,14 @@ def test_every_file_the_labs_and_readme_name_exists():
         )
         missing += [f"{path.name}: {p}" for p in named.findall(text) if "NN_" not in p and not any(REPO.glob(p))]
     assert not missing, missing
+
+
+LEARNER_PLUMBING = re.compile(r"\bCI\b|papermill|headless|make run|\bs00\d-[\w-]+")
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "notebooks").glob("*.ipynb")), ids=lambda p: p.name[:2])
+def test_learner_text_speaks_to_the_learner(path):
+    """Markdown is read by a participant: no CI, papermill, headless runs, `make run` or internal claim ids."""
+    cells = json.loads(path.read_text())["cells"]
+    found = [m.group(0) for c in cells if c["cell_type"] == "markdown" for m in LEARNER_PLUMBING.finditer("".join(c["source"]))]
+    assert not found, found

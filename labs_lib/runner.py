@@ -199,13 +199,13 @@ def _kernel_manager_class() -> dict:
 
 
 def _filled_in(notebook: Path, folder: Path) -> Path:
-    """A copy of `notebook` in `folder` whose build-it cells hold the library's reference (build_it.fill_in) and
+    """A copy of `notebook` in `folder` whose build-it cells hold the library's reference (cores.fill_in) and
     whose exercises and design tasks ask to be shown their answers (notebook.show_answers)."""
-    from . import build_it  # here: it imports the measurement modules, which `labs run`'s checks need not wait for
+    from . import cores  # here: it imports the measurement modules, which `labs run`'s checks need not wait for
     from .notebook import show_answers
 
     nb = json.loads(notebook.read_text())
-    build_it.fill_in(nb["cells"])
+    cores.fill_in(nb["cells"])
     show_answers(nb["cells"])
     copy = folder / notebook.name
     copy.write_text(json.dumps(nb, indent=1, ensure_ascii=False))
@@ -234,7 +234,7 @@ def run_series(
     fill_in: bool = True,
 ) -> list[NotebookResult]:
     """Execute `notebooks` in order. Each gets the parameters it declares; all get quick/interactive/engine. With
-    `fill_in`, each build-it cell holds the library's reference (build_it.fill_in) and each exercise and design task
+    `fill_in`, each build-it cell holds the library's reference (cores.fill_in) and each exercise and design task
     asks for its answer (notebook.show_answers); else it runs as written."""
     params = dict(params or {})
     refuse_secrets(params)

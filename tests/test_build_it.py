@@ -13,15 +13,16 @@ from itertools import pairwise
 import pytest
 from conftest import REPO
 
-from labs_lib import build_it
+from labs_lib import cores
+from labs_lib.cores import lab05
 from labs_lib.errors import BadInput, LabsError
 
 
-@pytest.mark.parametrize("name", sorted(build_it.CORES))
+@pytest.mark.parametrize("name", sorted(cores.CORES))
 def test_each_solution_agrees_with_the_library_on_every_case(name, capsys):
-    solution = build_it.CORES[name].solution
-    assert build_it.check(name, solution) is solution
-    assert f"agrees with the library on all {len(build_it.CORES[name].cases())} cases" in capsys.readouterr().out
+    solution = cores.CORES[name].solution
+    assert cores.check(name, solution) is solution
+    assert f"agrees with the library on all {len(cores.CORES[name].cases())} cases" in capsys.readouterr().out
 
 
 def _kv_query_heads(model, seq_len, bytes_per_value):
@@ -58,7 +59,7 @@ def _kl_no_rest(p_top, q_top, forced=None):
 
 
 def _kl_reversed(p_top, q_top, forced=None):
-    return build_it.CORES["kl_lower_bound"].reference(q_top, p_top)
+    return cores.CORES["kl_lower_bound"].reference(q_top, p_top)
 
 
 def _front_strict(per_user, per_device):
@@ -85,7 +86,7 @@ def _classify_by_text_only(status, message):
 
 
 def _classify_every_404_a_model(status, message):
-    return build_it.classify(status, message) if status != 404 else "model_not_found"
+    return lab05.classify(status, message) if status != 404 else "model_not_found"
 
 
 def _concurrency_by_tokens(model, pool_bytes, max_model_len, block_size, bytes_per_value):
@@ -222,7 +223,7 @@ MISTAKES = [  # (core, a wrong function, what the hint must name)
 
 @pytest.mark.parametrize("name,wrong,hint", MISTAKES, ids=[f"{m[0]}-{m[1].__name__}" for m in MISTAKES])
 def test_a_usual_mistake_is_caught_and_named_and_the_lab_goes_on_with_the_library(name, wrong, hint, capsys):
-    assert build_it.check(name, wrong) is build_it.CORES[name].reference
+    assert cores.check(name, wrong) is cores.CORES[name].reference
     out = capsys.readouterr().out
     assert f"{name}: differs on" in out and hint in out and "the library's" in out, out
 
@@ -234,14 +235,14 @@ def test_unwritten_and_crashing_cells_are_verdicts_not_tracebacks(capsys):
     def crashes(*args):
         return 1 / 0
 
-    reference = build_it.CORES["metrics_from_times"].reference
-    assert build_it.check("metrics_from_times", unwritten) is reference
-    assert build_it.check("metrics_from_times", crashes) is reference
+    reference = cores.CORES["metrics_from_times"].reference
+    assert cores.check("metrics_from_times", unwritten) is reference
+    assert cores.check("metrics_from_times", crashes) is reference
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("metrics_from_times: not written yet.")
     assert "raised ZeroDivisionError: division by zero" in out[1]
     with pytest.raises(BadInput, match="'kv_bytes' is not allowed"):
-        build_it.check("kv_bytes", unwritten)
+        cores.check("kv_bytes", unwritten)
 
 
 def test_the_closed_loop_check_takes_any_correct_design_and_refuses_a_plain_def(capsys):
@@ -260,8 +261,8 @@ def test_the_closed_loop_check_takes_any_correct_design_and_refuses_a_plain_def(
     def not_async(send, num_requests, concurrency):
         return []
 
-    assert build_it.check("closed_loop", semaphore_per_request) is semaphore_per_request
-    assert build_it.check("closed_loop", not_async) is build_it.CORES["closed_loop"].reference
+    assert cores.check("closed_loop", semaphore_per_request) is semaphore_per_request
+    assert cores.check("closed_loop", not_async) is cores.CORES["closed_loop"].reference
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("closed_loop: agrees with the library on all 5 cases"), out
     assert "raised TypeError: it returned without awaiting: write it as `async def`" in out[1], out
@@ -277,44 +278,45 @@ def _build_it_cells() -> list[tuple[str, list[dict], int]]:
     found = []
     for path in sorted((REPO / "notebooks").glob("*.ipynb")):
         cells = json.loads(path.read_text())["cells"]
-        found += [(path.stem, cells, i) for i, c in enumerate(cells) if build_it.TAG in c["metadata"].get("tags", [])]
+        found += [(path.stem, cells, i) for i, c in enumerate(cells) if cores.TAG in c["metadata"].get("tags", [])]
     return found
 
 
 def test_every_core_has_one_skeleton_cell_followed_by_its_check(capsys):
     cells = _build_it_cells()
-    names = [build_it.defined_in("".join(c[i]["source"])) for _, c, i in cells]
-    assert sorted(names) == sorted(build_it.CORES), names  # each core once, and no cell defines something else
+    names = [cores.defined_in("".join(c[i]["source"])) for _, c, i in cells]
+    assert sorted(names) == sorted(cores.CORES), names  # each core once, and no cell defines something else
     for (lab, nb, i), name in zip(cells, names, strict=True):
+        assert name in cores.BY_LAB[lab[:2]], (lab, name)  # its reference sits in labs_lib/cores/labNN.py
         skeleton = "".join(nb[i]["source"])
         assert "YOUR CODE HERE" in skeleton and "raise NotImplementedError" in skeleton, lab
         namespace: dict = {}
         run_as_a_cell(skeleton, namespace)  # the skeleton runs, and its function says it is unwritten
-        reference = build_it.CORES[name].reference
-        case = build_it.CORES[name].cases()[0]
+        reference = cores.CORES[name].reference
+        case = cores.CORES[name].cases()[0]
         with pytest.raises(NotImplementedError):
-            build_it.CORES[name].call(namespace[name], case.args)
+            cores.CORES[name].call(namespace[name], case.args)
         # run as written, its check says so in one line and the lab goes on with the library's
-        assert build_it.check(name, namespace[name]) is reference
+        assert cores.check(name, namespace[name]) is reference
         assert capsys.readouterr().out.startswith(f"{name}: not written yet."), lab
         # the participant's signature starts as the reference's does (the check calls it with the cases' arguments)
         params = list(inspect.signature(namespace[name]).parameters)
         assert params[: len(case.args)] == list(inspect.signature(reference).parameters)[: len(case.args)], (lab, params)
         check = next(c for c in nb[i + 1 :] if c["cell_type"] == "code")
-        assert f'{name} = build_it.check("{name}", {name})' in "".join(check["source"]), lab
+        assert f'{name} = cores.check("{name}", {name})' in "".join(check["source"]), lab
 
 
 def test_what_the_runner_fills_in_passes_the_check(capsys):
     for lab, nb, i in _build_it_cells():
         cells = [json.loads(json.dumps(nb[i]))]
-        [name] = build_it.fill_in(cells)
+        [name] = cores.fill_in(cells)
         namespace: dict = {}
         run_as_a_cell(cells[0]["source"], namespace)
-        assert build_it.check(name, namespace[name]) is namespace[name], lab
+        assert cores.check(name, namespace[name]) is namespace[name], lab
     assert "differs" not in capsys.readouterr().out
 
 
 def test_a_build_it_cell_that_defines_no_core_is_refused():
-    cell = {"cell_type": "code", "metadata": {"tags": [build_it.TAG]}, "source": "def my_timer(times):\n    pass\n"}
+    cell = {"cell_type": "code", "metadata": {"tags": [cores.TAG]}, "source": "def my_timer(times):\n    pass\n"}
     with pytest.raises(BadInput, match="def my_timer"):
-        build_it.fill_in([cell])
+        cores.fill_in([cell])

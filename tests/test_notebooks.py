@@ -16,7 +16,7 @@ import time
 import pytest
 from conftest import browser_missing, files_changed_since, find_leaks, make_canaries, notebook_outputs_and_metadata, require_vllm
 
-from labs_lib import build_it, cli, runner
+from labs_lib import cli, cores, runner
 from labs_lib.engines import EngineConfig
 from labs_lib.engines.llamacpp import LlamaCppEngine
 from labs_lib.engines.vllm import find_vllm
@@ -56,11 +56,9 @@ def _shows_what_every_run_must(executed: dict, lab: str, outputs: str, as_writte
     """No error output; figures drawn headless too; each build-it cell checked (filled in by the runner: it agrees
     with the library; as written: "not written yet", and the lab went on); lab 02's TaoToken section ran with the
     canary key, accepted."""
-    cores = [
-        build_it.defined_in("".join(c["source"])) for c in executed["cells"] if build_it.TAG in c["metadata"].get("tags", [])
-    ]
-    assert None not in cores
-    for name in cores:
+    names = [cores.defined_in("".join(c["source"])) for c in executed["cells"] if cores.TAG in c["metadata"].get("tags", [])]
+    assert None not in names
+    for name in names:
         verdict = f"{name}: not written yet" if as_written else f"{name}: agrees with the library on all"
         assert verdict in outputs, verdict
     assert not [o for c in executed["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]

@@ -1,0 +1,136 @@
+"""Lab 03's build-its: goodput under an SLO, the loop that runs one engine per configuration, and the Pareto
+front."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from ..errors import EngineError
+from ..load import SLO, summarize
+from ..sweep import sweep_loop
+from ..sweep_views import on_front
+from ..timing import RequestRecord
+from .base import Case, Core, awaited, run_apart
+
+
+def goodput(records: list[RequestRecord], slo: SLO, duration_s: float) -> float:
+    """Requests per second of the run that met every limit of `slo` (None: no limit); a failed request never counts;
+    a one-token reply (no TPOT) meets a TPOT limit, as `vllm bench serve` counts it."""
+    good = 0
+    for r in records:
+        tpot = 0.0 if r.tpot_ms is None and (r.output_tokens or 0) <= 1 else r.tpot_ms
+        limits = ((slo.ttft_ms, r.ttft_ms), (slo.tpot_ms, tpot), (slo.e2e_ms, r.e2e_ms))
+        if r.ok and all(limit is None or (value is not None and value <= limit) for limit, value in limits):
+            good += 1
+    return good / duration_s
+
+
+def _goodput_reference(records: list[RequestRecord], slo: SLO, duration_s: float) -> float | None:
+    """load.summarize()'s goodput: the figure sweeps and lab 03's tables report."""
+    return summarize(records, duration_s, slo).goodput
+
+
+def _record(ttft_ms: float, tpot_ms: float | None, e2e_ms: float, error: str | None = None) -> RequestRecord:
+    return RequestRecord(ttft_ms=ttft_ms, tpot_ms=tpot_ms, e2e_ms=e2e_ms, output_tokens=8 if tpot_ms else 1, error=error)
+
+
+def _goodput_cases() -> list[Case]:
+    fast = [_record(100, 20, 240) for _ in range(4)]
+    slo = SLO(ttft_ms=200, tpot_ms=25)
+    return [
+        Case((fast, slo, 2.0), "4 requests within the SLO in 2 s", "goodput: requests meeting the SLO per second of the run (not a fraction, not a count)"),
+        Case(([*fast[:3], _record(300, 20, 440)], slo, 2.0), "one of 4 over the TTFT limit", "a request counts only if it meets every limit"),
+        Case(([*fast[:3], _record(90, 15, 200, error="HTTP 500")], slo, 2.0), "a fast request that failed", "a failed request never counts, however fast its numbers"),
+        Case(([*fast[:3], _record(300, 20, 440)], SLO(tpot_ms=25), 2.0), "no TTFT limit (None)", "a limit of None is no limit"),
+        Case(([*fast[:3], _record(100, None, 100)], slo, 2.0), "a one-token request (no TPOT) under a TPOT limit", "one token has no time between tokens: it meets any TPOT limit, as `vllm bench serve` counts it (TPOT 0)"),
+        Case(([*fast[:3], _record(200, 25, 375)], slo, 2.0), "a request exactly at both limits", "at the limit meets it (<=)"),
+    ]  # fmt: skip
+
+
+class _Interrupted(BaseException):
+    """Kernel -> Interrupt in the sweep-loop probe: a BaseException as KeyboardInterrupt is (`except Exception` does
+    not catch it), but one asyncio hands back like any other rather than stopping its event loop with it."""
+
+
+class _ProbeEngine:
+    """What the sweep-loop probe's start returns: an engine that is running until stopped."""
+
+    def __init__(self, config: str) -> None:
+        self.config, self.running = config, True
+
+
+def _drive_sweep_loop(loop: Callable, args: tuple) -> str:
+    """Run a sweep_loop over probe callbacks (args: the configurations, those that do not start, the one whose
+    measurement is interrupted) and return what happened, in order: each start, measurement and stop, a start that
+    raised, an engine started while another still ran, an engine left running, an interrupt that got out."""
+    configs, refused, interrupted = args
+    events: list[str] = []
+    engines: list[_ProbeEngine] = []
+
+    def start(config: str) -> _ProbeEngine:
+        if config in refused:
+            events.append(f"start {config}: refused")
+            raise EngineError(f"{config} did not start")
+        events.append(f"start {config}" + "".join(f" (while {e.config} runs)" for e in engines if e.running))
+        engines.append(_ProbeEngine(config))
+        return engines[-1]
+
+    async def measure(config: str, engine: _ProbeEngine | None, error: str | None) -> None:
+        events.append(f"measure {config}" if error is None else f"record {config} as failed ({error})")
+        await asyncio.sleep(0)
+        if config == interrupted:
+            raise _Interrupted
+
+    def stop(config: str, engine: _ProbeEngine | None) -> None:
+        if not isinstance(engine, _ProbeEngine):
+            events.append(f"stop {config}: {engine!r} is no engine")
+            return
+        events.append(f"stop {config}")
+        engine.running = False
+
+    async def drive() -> None:
+        try:
+            await awaited(loop(list(configs), start, measure, stop), "measure(config, engine, error)")
+        except EngineError as exc:
+            events.append(f"the sweep ended: {exc}")
+        except _Interrupted:
+            events.append("interrupted")
+
+    run_apart(drive)
+    events += [f"{e.config} left running" for e in engines if e.running]
+    return "; ".join(events) or "nothing"
+
+
+def _sweep_loop_cases() -> list[Case]:
+    return [
+        Case((("A", "B"), (), None), "two configurations", "one engine at a time: start, measure, stop, then the next configuration (two engines at once share the device)"),
+        Case((("A", "B", "C"), ("B",), None), "B's engine does not start", "an engine that does not start is a failed row, measure(config, None, reason), then the next configuration; it has nothing to stop"),
+        Case((("A", "B"), (), "A"), "Kernel -> Interrupt while A is measured", "always stop: an interrupted (or failed) measurement still stops its engine (try/finally), and the interrupt is not swallowed"),
+        Case(((), (), None), "no configuration left (a resumed sweep that is done)", "nothing to start"),
+    ]  # fmt: skip
+
+
+def _front_cases() -> list[Case]:
+    return [
+        Case(([10.0, 20.0, 30.0], [100.0, 80.0, 50.0]), "three points trading one axis for the other", "a point leaves the front only when another beats it on both axes: a trade-off keeps all three"),
+        Case(([10.0, 20.0, 15.0], [100.0, 80.0, 70.0]), "(15, 70) beside (20, 80)", "(20, 80) beats (15, 70) on both axes: higher is better on both"),
+        Case(([10.0, 10.0], [100.0, 90.0]), "(10, 100) and (10, 90)", "equal on one axis and worse on the other is beaten (>= on both, > on one)"),
+        Case(([10.0, 10.0], [100.0, 100.0]), "the same point twice", "equal points do not beat each other: both stay on the front"),
+        Case(([5.0], [5.0]), "one point", "a point alone is on the front (it does not beat itself)"),
+    ]  # fmt: skip
+
+
+CORES: dict[str, Core] = {
+    "goodput": Core(
+        _goodput_reference, _goodput_cases, goodput, "from labs_lib.load import SLO\nfrom labs_lib.timing import RequestRecord"
+    ),
+    "sweep_loop": Core(
+        sweep_loop,
+        _sweep_loop_cases,
+        sweep_loop,
+        "from collections.abc import Callable\n\nfrom labs_lib.errors import LabsError",
+        _drive_sweep_loop,
+    ),
+    "on_front": Core(on_front, _front_cases, on_front),
+}

@@ -99,6 +99,25 @@ def record_predictions(predictions: dict[str, object]) -> None:
         print(f"{len(given)} prediction(s) recorded, each with its reason.")
 
 
+def predict(label: str, prediction: object) -> None:
+    """A section's prediction cell, written where its question is asked and before it runs: a value or
+    (value, "why"). `takeaway` sets it beside what the section then measures."""
+    _predictions[str(label)] = prediction
+    if prediction is None:
+        print('No prediction yet: write (value, "why") and run this cell before the section runs.')
+    elif not (isinstance(prediction, tuple) and len(prediction) == 2 and str(prediction[1]).strip()):
+        print('Recorded, without a reason: write (value, "why"); the why is what the section tests.')
+    else:
+        print("Prediction recorded, with its reason.")
+
+
+def takeaway(label: str, measured: float, what: str) -> None:
+    """A section's last line: what this run measured (`what` names it, with its unit), beside the prediction
+    written for `label` before the section ran."""
+    print(f"Measured in this run: {what} = {measured:,.4g}.")
+    print(f"  {_against_prediction(_predictions.get(str(label)), measured)}")
+
+
 def check_exercise(
     label: str,
     answer: object,
@@ -145,7 +164,7 @@ def asked_to_show(answer: object) -> bool:
 
 def _against_prediction(prediction: Any, expected) -> str:
     if prediction is None:
-        return "No prediction written before the run (the Predict first cell): predicting first is the point."
+        return "No prediction written before the run: predicting first is the point."
     if isinstance(prediction, tuple) and len(prediction) == 2:  # (value, why)
         value, why = prediction
         return f"{_against_prediction(value, expected)} Your reason then: {str(why).strip()!r}: does the run bear it out?"

@@ -27,6 +27,7 @@ import shutil
 import struct
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +46,9 @@ ORIGINAL = "Q4_K_M"
 FILE_TYPE = {"F16": 1, "BF16": 32, "Q8_0": 7, "Q5_1": 9, "Q5_0": 8, "Q4_1": 3, "Q4_0": 2}  # llama_ftype values
 PURE = "-PURE"
 VARIANTS = (ORIGINAL, *FILE_TYPE, *(f"{f}{PURE}" for f in FILE_TYPE if f.startswith("Q")))
+BLOCK_CODEC_FORMATS = ("Q8_0", "Q4_0")  # the formats lab 04's participant writes a quantizer for
+Quantizer = Callable[[np.ndarray, str], bytes]  # (weights, format) -> the format's bytes
+Dequantizer = Callable[[bytes, str], np.ndarray]  # (bytes, format) -> float32 values
 FALLBACK = {QType.Q4_K: QType.Q5_0, QType.Q5_K: QType.Q5_1, QType.Q6_K: QType.Q8_0}  # llama-quant.cpp
 
 
@@ -301,9 +305,11 @@ def roundtrip_error(
     tensor: str = "blk.0.ffn_down.weight",
     formats: tuple[str, ...] = ("F16", "Q8_0", "Q5_0", "Q4_1", "Q4_0"),
     source: Path | None = None,
+    codec: tuple[Quantizer, Dequantizer] | None = None,
 ) -> pd.DataFrame:
     """One real weight tensor of the shipped model, quantized to each format and back: bits per value
-    (block scales included) and the relative RMS error of the round trip."""
+    (block scales included: the bytes written x 8 / values) and the relative RMS error of the round trip.
+    `codec` (a quantizer and a dequantizer) does the formats of BLOCK_CODEC_FORMATS; gguf's does the rest."""
     source = source or default_model_path()
     meta = read_gguf_meta(source)
     found = next((t for t in meta.tensors if t.name == tensor), None)
@@ -317,9 +323,41 @@ def roundtrip_error(
         qt = QType[name]
         if qt == QType.F16:
             back = original.astype(np.float16).astype(np.float32)
+            bits = 16.0
+        elif codec is not None and name in BLOCK_CODEC_FORMATS:
+            data = codec[0](original, name)
+            back = np.asarray(codec[1](data, name), dtype=np.float32).reshape(original.shape)
+            bits = 8 * len(data) / original.size
         else:
             back = np.asarray(dequantize(np.asarray(quantize(original, qt)), qt), dtype=np.float32).reshape(original.shape)
-        bv, bb = GGML_QUANT_SIZES[qt]
+            bits = 8 * GGML_QUANT_SIZES[qt][1] / GGML_QUANT_SIZES[qt][0]
         err = np.sqrt(np.mean((back - original) ** 2)) / np.sqrt(np.mean(original**2))
-        rows.append({"format": name, "bits_per_value": 8 * bb / bv, "relative_rms_error": float(err)})
+        rows.append({"format": name, "bits_per_value": bits, "relative_rms_error": float(err)})
     return pd.DataFrame(rows).assign(tensor=tensor, shape=str(found.shape), stored_as=found.type_name)
+
+
+def file_agreement(names: list[str], quantize_fn: Quantizer, tensors_per_format: int = 3) -> pd.DataFrame:
+    """Whether `quantize_fn` writes what llama.cpp's quantizer wrote: for each built variant among `names`, the
+    smallest `tensors_per_format` matrices its file stores in each format of BLOCK_CODEC_FORMATS, the reference's
+    values (what the variant was built from) quantized by `quantize_fn` and compared with the file, block by block.
+    A variant not built yet is skipped."""
+    reference_path = default_model_path()
+    reference = read_gguf_meta(reference_path)
+    by_name = {t.name: t for t in reference.tensors}
+    reference_raw = np.memmap(reference_path, dtype=np.uint8, mode="r")
+    rows = []
+    for name in names:
+        path = variant_path(name)
+        if name == ORIGINAL or not path.exists():
+            continue
+        meta = read_gguf_meta(path)
+        raw = np.memmap(path, dtype=np.uint8, mode="r")
+        for fmt in BLOCK_CODEC_FORMATS:
+            chosen = sorted((t for t in meta.tensors if t.type_name == fmt), key=lambda t: t.n_elements)
+            for t in chosen[:tensors_per_format]:
+                start = meta.data_start + t.offset
+                theirs = np.asarray(raw[start : start + t.n_bytes]).reshape(-1, GGML_QUANT_SIZES[QType[fmt]][1])
+                mine = np.frombuffer(quantize_fn(_dequantized(reference_raw, reference, by_name[t.name]), fmt), np.uint8)
+                same = int((mine.reshape(theirs.shape) == theirs).all(axis=1).sum()) if mine.size == theirs.size else 0
+                rows.append({"variant": name, "tensor": t.name, "format": fmt, "blocks": len(theirs), "blocks_equal": same})
+    return pd.DataFrame(rows, columns=["variant", "tensor", "format", "blocks", "blocks_equal"])

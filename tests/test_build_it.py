@@ -10,11 +10,12 @@ import json
 import math
 from itertools import pairwise
 
+import numpy as np
 import pytest
 from conftest import REPO
 
 from labs_lib import cores
-from labs_lib.cores import lab05
+from labs_lib.cores import lab04, lab05
 from labs_lib.errors import BadInput, LabsError
 
 
@@ -191,7 +192,89 @@ async def _sweep_stops_what_never_started(configs, start, measure, stop):
             stop(config, engine)
 
 
+def _q8_codes(weights, fmt, codes_of):
+    """A Q8_0 quantizer whose codes come from codes_of(block, float32 scale); Q4_0 left right."""
+    if fmt != "Q8_0":
+        return lab04.quantize_blocks(weights, fmt)
+    blocks = np.asarray(weights, np.float32).reshape(-1, 32)
+    d = np.abs(blocks).max(axis=1, keepdims=True) / 127
+    codes = codes_of(blocks, d).astype(np.int8).view(np.uint8)
+    return np.concatenate([d.astype(np.float16).view(np.uint8), codes], axis=1).tobytes()
+
+
+def _q8_numpy_round(weights, fmt):
+    return _q8_codes(weights, fmt, lambda b, d: np.round(b * np.divide(np.float32(1), d, out=np.zeros_like(d), where=d != 0)))
+
+
+def _q8_divides_by_zero(weights, fmt):
+    with np.errstate(all="ignore"):
+        return _q8_codes(weights, fmt, lambda b, d: np.nan_to_num(np.sign(b / d) * np.floor(np.abs(b / d) + 0.5), nan=-128))
+
+
+def _q8_float16_scale(weights, fmt):
+    def codes(b, d):
+        x = (b * (np.float32(1) / d.astype(np.float16).astype(np.float32))).astype(np.float64)
+        return np.sign(x) * np.floor(np.abs(x) + 0.5)
+
+    with np.errstate(all="ignore"):
+        return _q8_codes(weights, fmt, codes)
+
+
+def _q4_packed(weights, fmt, scale_of, pack):
+    """A Q4_0 quantizer with its scale from scale_of(blocks) and its nibbles packed by pack(codes); Q8_0 left right."""
+    if fmt != "Q4_0":
+        return lab04.quantize_blocks(weights, fmt)
+    blocks = np.asarray(weights, np.float32).reshape(-1, 32)
+    d = scale_of(blocks)
+    inverse = np.divide(np.float32(1), d, out=np.zeros_like(d), where=d != 0)
+    codes = np.clip(np.trunc(blocks * inverse + np.float32(8.5)), 0, 15).astype(np.uint8)
+    return np.concatenate([d.astype(np.float16).view(np.uint8), pack(codes)], axis=1).tobytes()
+
+
+def _signed_max(blocks):
+    return np.take_along_axis(blocks, np.abs(blocks).argmax(axis=1, keepdims=True), axis=1) / -8
+
+
+def _q4_pairs_packed(weights, fmt):
+    return _q4_packed(weights, fmt, _signed_max, lambda c: c[:, 0::2] | (c[:, 1::2] << 4))
+
+
+def _q4_absmax_scale(weights, fmt):
+    return _q4_packed(weights, fmt, lambda b: np.abs(b).max(axis=1, keepdims=True) / 8, lambda c: c[:, :16] | (c[:, 16:] << 4))
+
+
+def _dq8_unsigned(data, fmt):
+    if fmt != "Q8_0":
+        return lab04.dequantize_blocks(data, fmt)
+    blocks = np.frombuffer(data, np.uint8).reshape(-1, 34)
+    return (blocks[:, :2].copy().view(np.float16).astype(np.float32) * blocks[:, 2:]).reshape(-1)
+
+
+def _dq4_no_offset(data, fmt):
+    return lab04.dequantize_blocks(data, fmt) + (8 * _scales_per_value(data) if fmt == "Q4_0" else 0)
+
+
+def _scales_per_value(data):
+    blocks = np.frombuffer(data, np.uint8).reshape(-1, 18)
+    return np.repeat(blocks[:, :2].copy().view(np.float16).astype(np.float32).reshape(-1), 32)
+
+
+def _dq4_one_scale(data, fmt):
+    if fmt != "Q4_0":
+        return lab04.dequantize_blocks(data, fmt)
+    first = np.frombuffer(data, np.uint8)[:2].copy().view(np.float16).astype(np.float32)[0]
+    return lab04.dequantize_blocks(data, fmt) / _scales_per_value(data) * first
+
+
 MISTAKES = [  # (core, a wrong function, what the hint must name)
+    ("quantize_blocks", _q8_numpy_round, "half away from zero"),
+    ("quantize_blocks", _q8_divides_by_zero, "no division by zero"),
+    ("quantize_blocks", _q8_float16_scale, "the float32 scale"),
+    ("quantize_blocks", _q4_pairs_packed, "not values 2j and 2j + 1"),
+    ("quantize_blocks", _q4_absmax_scale, "m / -8"),
+    ("dequantize_blocks", _dq8_unsigned, "signed int8"),
+    ("dequantize_blocks", _dq4_no_offset, "code - 8"),
+    ("dequantize_blocks", _dq4_one_scale, "its own scale"),
     ("kv_bytes_per_sequence", _kv_query_heads, "not the query heads"),
     ("kv_bytes_per_sequence", _kv_no_window, "sliding layer"),
     ("kv_bytes_per_sequence", _kv_mla_as_heads, "MLA keeps one latent"),

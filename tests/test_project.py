@@ -274,7 +274,8 @@ def test_notebook_cells_stay_short():
     for nb in sorted((REPO / "notebooks").glob("*.ipynb")):
         for cell in json.loads(nb.read_text())["cells"]:
             lines = "".join(cell["source"]).splitlines() if cell["cell_type"] == "code" else []
-            if len(lines) > MAX_CELL_LINES:
+            build_it = "build-it" in cell["metadata"].get("tags", [])  # the participant's code: a class may take more
+            if len(lines) > (40 if build_it else MAX_CELL_LINES):
                 long[(nb.name[:2], lines[0])] = len(lines)
     assert not long, f"cells over {MAX_CELL_LINES} lines: move their logic into labs_lib: {long}"
 

@@ -69,6 +69,27 @@ def test_roundtrip_error_grows_as_bits_shrink():
 
 
 @pytest.mark.engine
+def test_a_participants_block_quantizer_is_judged_against_the_file_llama_cpps_quantizer_wrote():
+    from labs_lib.cores import lab04
+
+    quant.build_variant("Q4_0-PURE", progress=False)
+    agreed = quant.file_agreement(["Q4_K_M", "Q4_0-PURE"], lab04.quantize_blocks, tensors_per_format=1)
+    assert list(agreed.variant) == ["Q4_0-PURE"] and agreed.blocks.iloc[0] > 1000  # the original is no variant
+    assert (agreed.blocks_equal == agreed.blocks).all(), agreed
+
+    def numpy_round(weights, fmt):  # round half to even, and a scale of absmax / 8: other codes in most blocks
+        blocks = np.asarray(weights, np.float32).reshape(-1, 32)
+        d = np.abs(blocks).max(axis=1, keepdims=True) / 8
+        codes = np.clip(np.round(blocks / np.where(d == 0, 1, d)) + 8, 0, 15).astype(np.uint8)
+        return np.concatenate([d.astype(np.float16).view(np.uint8), codes[:, :16] | codes[:, 16:] << 4], 1).tobytes()
+
+    wrong = quant.file_agreement(["Q4_0-PURE"], numpy_round, tensors_per_format=1)
+    assert (wrong.blocks_equal < wrong.blocks / 2).all(), wrong
+    # the round trip through the participant's functions is the round trip through llama.cpp's
+    codec = quant.roundtrip_error(formats=("Q8_0", "Q4_0"), codec=(lab04.quantize_blocks, lab04.dequantize_blocks))
+    assert codec.equals(quant.roundtrip_error(formats=("Q8_0", "Q4_0"))), codec
+
+
 def test_scorer_logprobs_equal_the_engines_own_while_generating_greedily():
     import httpx
 

@@ -50,10 +50,11 @@ def solution_source(name: str) -> str:
 
 
 def defined_in(source: str) -> str | None:
-    """The core a build-it cell's source defines (its first `def NAME(` or `async def NAME(` among CORES), or None."""
+    """The core a build-it cell's source defines (its first `def NAME(`, `async def NAME(` or `class NAME` among
+    CORES), or None."""
     for line in source.splitlines():
-        if line.startswith(("def ", "async def ")):
-            name = line.removeprefix("async ")[4:].split("(", 1)[0].strip()
+        if line.startswith(("def ", "async def ", "class ")):
+            name = line.removeprefix("async ").split(" ", 1)[1].split("(", 1)[0].split(":", 1)[0].strip()
             if name in CORES:
                 return name
     return None

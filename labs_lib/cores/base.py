@@ -11,6 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 REL_TOL = 1e-6
 
 
@@ -40,11 +42,15 @@ class Core:
 
 
 def same(got: Any, want: Any) -> bool:
-    """Equal, numbers within REL_TOL (and 1e-9 absolute), element by element inside tuples and lists."""
+    """Equal: bytes and strings exactly, numbers within REL_TOL (and 1e-9 absolute), element by element inside
+    tuples, lists and arrays (of the same shape)."""
     if want is None or got is None:
         return got is None and want is None
-    if isinstance(want, str):
-        return got == want
+    if isinstance(want, (str, bytes)):
+        return type(got) is type(want) and got == want
+    if isinstance(want, np.ndarray):
+        got = np.asarray(got, dtype=float) if isinstance(got, (np.ndarray, list, tuple)) else None
+        return got is not None and got.shape == want.shape and bool(np.allclose(got, want, rtol=REL_TOL, atol=1e-9))
     if isinstance(want, (tuple, list)):
         return isinstance(got, (tuple, list)) and len(got) == len(want) and all(map(same, got, want))
     try:
@@ -54,6 +60,11 @@ def same(got: Any, want: Any) -> bool:
 
 
 def shown(value: Any) -> str:
+    if isinstance(value, bytes):  # a quantized block: its length and its bytes in hex, the first 40
+        more = " …" if len(value) > 40 else ""
+        return f"{len(value)} bytes: {value[:40].hex(' ')}{more}"
+    if isinstance(value, np.ndarray):
+        return f"array of shape {value.shape}: " + np.array2string(value, precision=4, threshold=12)
     if isinstance(value, (tuple, list)):
         inner = ", ".join(shown(v) for v in value)
         return f"({inner})" if isinstance(value, tuple) else f"[{inner}]"

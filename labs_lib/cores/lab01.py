@@ -1,11 +1,14 @@
-"""Lab 01's build-its: the KV bytes of one sequence, and the requests a paged pool holds at once."""
+"""Lab 01's build-its: the KV bytes of one sequence, a paged block allocator (the mechanism: then replayed on a
+request mix against contiguous allocation), and the requests a paged pool holds at once."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from ..kv_math import GIB, kv_cache, plan_capacity
 from ..models import ModelSpec, load_model
+from ..paging import BlockAllocator
 from .base import Case, Core
 
 
@@ -73,8 +76,48 @@ def _concurrency_cases() -> list[Case]:
     ]  # fmt: skip
 
 
+def _drive_allocator(allocator_class: Callable, args: tuple) -> str:
+    """Build a pool of the class (args: num_blocks, block_size, the operations) and play the operations on it:
+    each one's answer, then every request's blocks and tokens and the free blocks; a block held twice, held and
+    free at once, or lost from the pool is named."""
+    num_blocks, block_size, operations = args
+    pool = allocator_class(num_blocks, block_size)
+    said = []
+    for kind, rid, *tokens in operations:
+        if kind == "allocate":
+            line = f"allocate {rid} ({tokens[0]} tokens): {pool.allocate(rid, tokens[0])}"
+        elif kind == "append":
+            line = f"append to {rid}: {pool.append_token(rid)}"
+        else:
+            pool.free(rid)
+            line = f"free {rid}"
+        tables = {r: list(t) for r, t in pool.block_tables.items()}
+        held = [b for t in tables.values() for b in t]
+        state = ", ".join(f"{r}: {len(t)} blocks {pool.num_tokens.get(r)} tokens" for r, t in sorted(tables.items()))
+        line += f" -> {state or 'no request'}; {len(pool.free_blocks)} free"
+        if len(set(held)) < len(held) or set(held) & set(pool.free_blocks):
+            line += "; a block given twice"
+        elif len(held) + len(pool.free_blocks) != num_blocks:
+            line += f"; {num_blocks - len(held) - len(pool.free_blocks)} blocks lost"
+        said.append(line)
+    return " | ".join(said)
+
+
+def _allocator_cases() -> list[Case]:
+    return [
+        Case((8, 16, (("allocate", 1, 20),)), "a 20-token prompt in blocks of 16", "a request takes ceil(tokens / block_size) blocks: a partly filled block is a whole block (20 tokens: 2)"),
+        Case((8, 16, (("allocate", 1, 20), *(("append", 1),) * 13)), "20 tokens, then 13 generated", "a new block only when the last one is full: 32 tokens still fit 2 blocks, the 33rd takes a third"),
+        Case((8, 16, (("allocate", 1, 32), ("append", 1))), "32 tokens (2 full blocks), then one more", "num_tokens % block_size == 0 means the last block is full: the next token needs a new one"),
+        Case((5, 16, (("allocate", 1, 64), ("allocate", 2, 40))), "a pool of 5 blocks: 4 taken, a request needing 3 arrives", "too few free blocks: allocate returns False and takes nothing (no half-admitted request)"),
+        Case((5, 16, (("allocate", 1, 64), ("free", 1), ("allocate", 2, 80))), "a request freed, then a bigger one", "free returns every block of the request to the pool, for the next one"),
+        Case((2, 16, (("allocate", 1, 32), ("append", 1))), "a full pool and a token that needs a block", "no free block: append_token returns False and changes nothing (the scheduler then preempts)"),
+        Case((6, 16, (("allocate", 1, 16), ("allocate", 2, 16), ("append", 1), ("append", 2), ("free", 1), ("allocate", 3, 40))), "two requests growing side by side, one freed", "each request grows its own block table, and no block is ever in two tables or both held and free"),
+    ]  # fmt: skip
+
+
 CORES: dict[str, Core] = {
     "kv_bytes_per_sequence": Core(_kv_reference, _kv_cases, kv_bytes_per_sequence, "from labs_lib.models import ModelSpec"),
+    "BlockAllocator": Core(BlockAllocator, _allocator_cases, BlockAllocator, "import math", _drive_allocator),
     "max_concurrency": Core(
         _concurrency_reference, _concurrency_cases, max_concurrency, "import math\n\nfrom labs_lib.models import ModelSpec"
     ),

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import matplotlib.pyplot as plt
 import numpy as np
 
 from .kv_math import GIB, allocation_utilization, dtype, kv_cache, plan_capacity
 from .load import percentile_ms
-from .models import load_model
+from .models import ModelSpec, load_model
 from .sse import chunk_kind
 
 
@@ -48,10 +50,21 @@ def kv_memory_figure(
     return fig
 
 
-def attention_kinds_figure(models: list[str], kv_dtype: str = "bf16"):
-    """Bytes per token of context (all layers) for models of different attention designs."""
+KVBytes = Callable[[ModelSpec, int, float], float]  # (model, seq_len, bytes per value) -> KV bytes of one sequence
+
+
+def _sequence_bytes(spec: ModelSpec, seq_len: int, kv_dtype: str, kv_bytes: KVBytes | None) -> float:
+    """One sequence's KV bytes: by `kv_bytes` (lab 01's participant's formula) when given, else kv_cache's."""
+    if kv_bytes is not None:
+        return kv_bytes(spec, seq_len, dtype(kv_dtype).bits_per_value / 8)
+    return kv_cache(spec, seq_len, 1, kv_dtype).kv_bytes
+
+
+def attention_kinds_figure(models: list[str], kv_dtype: str = "bf16", kv_bytes: KVBytes | None = None):
+    """Bytes per token of context (all layers) for models of different attention designs; `kv_bytes` computes
+    them when given."""
     specs = [load_model(m) for m in models]
-    per_token = [kv_cache(s, 1, 1, kv_dtype).kv_bytes_per_token / 1024 for s in specs]
+    per_token = [_sequence_bytes(s, 1, kv_dtype, kv_bytes) / 1024 for s in specs]
     fig, ax = plt.subplots(figsize=(9, 3.6))
     colors = {"MHA": "C3", "GQA": "C0", "MQA": "C2", "MLA": "C4"}
     ax.barh([f"{s.name} ({s.attention})" for s in specs], per_token, color=[colors[s.attention] for s in specs])
@@ -366,14 +379,14 @@ def decode_cost_figure(spec, gpu: str, kv_dtype: str, points: int = 48, steps: i
     return fig, float(without_cache[-1] / with_cache[-1]), (contexts, floor_ms)
 
 
-def sliding_window_figure(models: list[str], lengths, kv_dtype: str = "bf16"):
+def sliding_window_figure(models: list[str], lengths, kv_dtype: str = "bf16", kv_bytes: KVBytes | None = None):
     """KV cache of one sequence (GiB) by context length (log-log), one line per model: a sliding layer's cache stops
-    growing at its window."""
+    growing at its window. `kv_bytes` computes it when given."""
     fig, ax = plt.subplots(figsize=(8, 3.6))
     for name in models:
         s = load_model(name)
         window = f" (W={s.sliding_window})" if s.sliding_window else ""
-        gib = [kv_cache(s, int(n), 1, kv_dtype).kv_bytes / GIB for n in lengths]
+        gib = [_sequence_bytes(s, int(n), kv_dtype, kv_bytes) / GIB for n in lengths]
         ax.plot(lengths, gib, label=f"{s.name}: {s.num_sliding_layers}/{s.num_layers} layers slide{window}")
     ax.set(xscale="log", yscale="log", xlabel="context length (tokens)", ylabel="KV cache, one sequence (GiB)")
     ax.set_title("Windows cap the cache of sliding layers")

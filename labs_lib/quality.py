@@ -12,6 +12,7 @@ vLLM reports prompt_logprobs), with each position's TOP_K most likely tokens. Fr
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,7 +35,7 @@ class Scores:
 
     @property
     def perplexity(self) -> float:
-        return math.exp(self.nll)
+        return perplexity(self.logprobs.tolist())
 
     @property
     def top1_accuracy(self) -> float:
@@ -50,16 +51,14 @@ def identical_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
-def kl_lower_bound(p_top: dict[int, float], q_top: dict[int, float], forced: tuple[int, float, float] | None = None) -> float:
+def kl_lower_bound(p_top: dict[int, float], q_top: dict[int, float]) -> float:
     """KL(P ‖ Q) in nats at one position, from the log-probs each model reported for its top tokens.
 
-    Tokens with both probabilities known (reported by both, plus `forced`: (token, log p, log q) of the
-    scored token) keep their own terms; every other token is merged into one "rest" bucket. Merging
+    Tokens with both probabilities known (reported by both; per_token adds the scored token to both) keep
+    their own terms; every other token is merged into one "rest" bucket. Merging
     outcomes never increases KL (the log-sum inequality), so this is a lower bound of the full-vocabulary
     KL; it is tight when the K reported tokens hold nearly all of P's mass."""
     known = {t: (p, q_top[t]) for t, p in p_top.items() if t in q_top}
-    if forced is not None:
-        known[forced[0]] = (forced[1], forced[2])
     if not known:
         return 0.0
     logp = np.array([v[0] for v in known.values()])
@@ -73,16 +72,33 @@ def kl_lower_bound(p_top: dict[int, float], q_top: dict[int, float], forced: tup
     return max(kl, 0.0)
 
 
-def per_token(reference: Scores, other: Scores) -> dict[str, np.ndarray]:
-    """Per position: delta_nll (nats; positive = other is worse), kl (nats, a lower bound; NaN without
-    top_logprobs) and top1_agree (1.0 or 0.0)."""
+def perplexity(logprobs: Sequence[float]) -> float:
+    """exp of the mean negative log-likelihood per token (natural-log probabilities of each token)."""
+    return math.exp(-sum(logprobs) / len(logprobs))
+
+
+KL = Callable[[dict[int, float], dict[int, float]], float]  # (P's top tokens, Q's) -> KL(P || Q), nats
+
+
+@dataclass(frozen=True)
+class Scorers:
+    """The functions that turn log-probabilities into lab 04's figures: the library's, or the participant's once
+    their checks pass (lab 04 passes its own)."""
+
+    perplexity: Callable[[Sequence[float]], float] = perplexity
+    kl: KL = kl_lower_bound
+
+
+def per_token(reference: Scores, other: Scores, kl: KL = kl_lower_bound) -> dict[str, np.ndarray]:
+    """Per position: delta_nll (nats; positive = other is worse), kl (nats, a lower bound from `kl`, given both
+    top-token lists with the scored token added to each; NaN without top_logprobs) and top1_agree (1.0 or 0.0)."""
     if reference.token_ids != other.token_ids:
         raise ValueError("the two scores are of different texts")
     delta_nll = reference.logprobs - other.logprobs
     if reference.top_logprobs is not None and other.top_logprobs is not None:
-        kl = np.array(
+        kl_nats = np.array(
             [
-                kl_lower_bound(p, q, (t, lp, lq))
+                kl({**p, t: lp}, {**q, t: lq})
                 for p, q, t, lp, lq in zip(
                     reference.top_logprobs,
                     other.top_logprobs,
@@ -94,9 +110,9 @@ def per_token(reference: Scores, other: Scores) -> dict[str, np.ndarray]:
             ]
         )
     else:
-        kl = np.full(len(delta_nll), np.nan)
+        kl_nats = np.full(len(delta_nll), np.nan)
     agree = np.array([float(a == b) for a, b in zip(reference.top1_ids, other.top1_ids, strict=True)])
-    return {"delta_nll": delta_nll, "kl": kl, "top1_agree": agree}
+    return {"delta_nll": delta_nll, "kl": kl_nats, "top1_agree": agree}
 
 
 def bootstrap_ci(
@@ -134,11 +150,11 @@ def tokens_to_separate(a: tuple[float, float, float], b: tuple[float, float, flo
     return math.inf if gap == 0 else tokens * (widths / gap) ** 2
 
 
-def agreement(reference: Scores, other: Scores) -> dict[str, float]:
-    """How closely `other` follows `reference` on the same text: means and 95% bootstrap intervals.
+def agreement(reference: Scores, other: Scores, kl: KL = kl_lower_bound) -> dict[str, float]:
+    """How closely `other` follows `reference` on the same text: means and 95% bootstrap intervals, KL by `kl`.
 
     perplexity_ratio = exp(ΔNLL), so its interval is exp of ΔNLL's."""
-    tokens = per_token(reference, other)
+    tokens = per_token(reference, other, kl)
     dn_low, dn_high = bootstrap_ci(tokens["delta_nll"])
     kl_low, kl_high = bootstrap_ci(tokens["kl"])
     delta_nll = float(tokens["delta_nll"].mean())

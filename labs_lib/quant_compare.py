@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -16,7 +16,7 @@ from .gguf_meta import read_gguf_meta
 from .kv_math import MIB, llamacpp_layout
 from .load import prefill_tokens_per_s, run_load, warm_up
 from .prompts import PromptFactory, corpus_text
-from .quality import Scores, agreement, identical_prefix
+from .quality import Scorers, Scores, agreement, identical_prefix
 from .quant import ORIGINAL, check_variant, variant_path
 from .timing import RequestSpec
 
@@ -63,6 +63,7 @@ class QuantSettings:
     prompt_tokens: int = 64
     max_tokens: int = 48
     prefill_tokens: int = 512  # two uncached prompts this long measure the prefill speed (the compute roof)
+    scorers: Scorers = field(default_factory=Scorers)  # perplexity and KL: the library's, or lab 04's participant's once checked
 
     @classmethod
     def quick(cls) -> QuantSettings:
@@ -117,7 +118,8 @@ async def measure_config(
             row[f"tok_s_c{c}"] = s.output_throughput
         long = factory.prompts(2, settings.prefill_tokens)
         row["prefill_tok_s"] = await prefill_tokens_per_s(endpoint, long, extra=engine.uncached_body)
-        row |= {"nll": scores.nll, "perplexity": scores.perplexity, "top1_accuracy": scores.top1_accuracy}
+        ppl = settings.scorers.perplexity(scores.logprobs.tolist())
+        row |= {"nll": scores.nll, "perplexity": ppl, "top1_accuracy": scores.top1_accuracy}
     return row, scores, greedy
 
 
@@ -179,7 +181,7 @@ async def compare_variants(
         rows.append(
             {
                 **row,
-                **agreement(ref_scores, scores),
+                **agreement(ref_scores, scores, settings.scorers.kl),
                 "greedy_identical_prefix": identical_prefix(ref_greedy, greedy),
                 "reference": f"{ref_key[0]}/{ref_key[1]}",
             }
@@ -212,7 +214,7 @@ async def compare_models(models: list[dict], *, settings: QuantSettings | None =
         rows.append({**row, "status": "ok", "error": ""})
         scored.append((len(rows) - 1, scores))
     for i, scores in scored:  # agreement with the first configuration that ran
-        rows[i] |= agreement(scored[0][1], scores)
+        rows[i] |= agreement(scored[0][1], scores, settings.scorers.kl)
     return pd.DataFrame(rows)
 
 

@@ -55,11 +55,11 @@ def _tpot_zero_for_one_token(times, output_tokens):
     return ttft, (e2e - ttft) / max(output_tokens - 1, 1), e2e, [(b - a) * 1000 for a, b in pairwise(times)]
 
 
-def _kl_no_rest(p_top, q_top, forced=None):
+def _kl_no_rest(p_top, q_top):
     return sum(math.exp(lp) * (lp - q_top[t]) for t, lp in p_top.items() if t in q_top)
 
 
-def _kl_reversed(p_top, q_top, forced=None):
+def _kl_reversed(p_top, q_top):
     return cores.CORES["kl_lower_bound"].reference(q_top, p_top)
 
 
@@ -266,7 +266,28 @@ def _dq4_one_scale(data, fmt):
     return lab04.dequantize_blocks(data, fmt) / _scales_per_value(data) * first
 
 
+def _step(x_t, cache, wq, wk, wv, *, scale=True, shift=True, attend_first=False, count=True):
+    """A decode step with one of the usual slips: no 1/sqrt(d), no max subtracted, attending before the new key is
+    written, or the cache's length never advanced."""
+    n = cache["length"]
+    seen = n if attend_first and n else n + 1
+    if not attend_first or n == 0:
+        cache["k"][n], cache["v"][n] = x_t @ wk, x_t @ wv
+    scores = cache["k"][:seen] @ (x_t @ wq) / (math.sqrt(len(x_t)) if scale else 1)
+    with np.errstate(all="ignore"):
+        weights = np.exp(scores - scores.max() if shift else scores)
+        out = weights / weights.sum() @ cache["v"][:seen]
+    if attend_first and n:
+        cache["k"][n], cache["v"][n] = x_t @ wk, x_t @ wv
+    cache["length"] = n + 1 if count else n
+    return np.zeros_like(out) if attend_first and n == 0 else out
+
+
 MISTAKES = [  # (core, a wrong function, what the hint must name)
+    ("decode_step", lambda *a: _step(*a, scale=False), "softmax(K q / sqrt(d)) V"),
+    ("decode_step", lambda *a: _step(*a, shift=False), "subtract the largest score"),
+    ("decode_step", lambda *a: _step(*a, attend_first=True), "then attend"),
+    ("decode_step", lambda *a: _step(*a, count=False), "add 1 to length"),
     ("quantize_blocks", _q8_numpy_round, "half away from zero"),
     ("quantize_blocks", _q8_divides_by_zero, "no division by zero"),
     ("quantize_blocks", _q8_float16_scale, "the float32 scale"),
@@ -304,7 +325,7 @@ MISTAKES = [  # (core, a wrong function, what the hint must name)
 ]
 
 
-@pytest.mark.parametrize("name,wrong,hint", MISTAKES, ids=[f"{m[0]}-{m[1].__name__}" for m in MISTAKES])
+@pytest.mark.parametrize("name,wrong,hint", MISTAKES, ids=[f"{m[0]}-{m[1].__name__}-{i}" for i, m in enumerate(MISTAKES)])
 def test_a_usual_mistake_is_caught_and_named_and_the_lab_goes_on_with_the_library(name, wrong, hint, capsys):
     assert cores.check(name, wrong) is cores.CORES[name].reference
     out = capsys.readouterr().out

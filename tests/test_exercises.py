@@ -96,3 +96,17 @@ def test_an_interval_is_labelled_by_what_it_is(capsys):
     assert "anything in [3.8, 6.8] (the planner's range)" in out and "95%" not in out
     assert lab.check_exercise("i2", "show", (0.01, 0.02), interval_is="the measured 95% interval") is False
     assert "(the measured 95% interval)" in capsys.readouterr().out
+
+
+def test_a_section_prediction_is_set_beside_its_measurement(capsys):
+    from labs_lib import notebook
+
+    notebook.predict("9.x", (4.0, "half the bits"))
+    notebook.takeaway("9.x", 16.0, "the error ratio")
+    out = capsys.readouterr().out
+    assert "Prediction recorded, with its reason." in out and "the error ratio = 16." in out
+    assert "0.25x the measured 16" in out and "'half the bits'" in out
+    notebook.predict("9.y", 3.0)
+    notebook.takeaway("9.z", 2.0, "something else")
+    out = capsys.readouterr().out
+    assert "without a reason" in out and "No prediction written before the run" in out

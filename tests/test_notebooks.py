@@ -103,6 +103,8 @@ def test_notebook_runs_headlessly(notebook, tmp_path, canaries, capsys, monkeypa
         output = result.output
     outputs = _check_no_leaks(output, capsys, canaries, started)
     _shows_what_every_run_must(json.loads(output.read_text()), lab, outputs, as_written)
+    if lab == "01":  # the formula the lab goes on with reproduces every published per-token figure
+        assert re.search(r"kv_bytes_per_sequence \((?:yours|the library's)\) matches (\d+) of \1 published", outputs)
     if lab05_key:  # the key was used and shown, masked (outputs are JSON text)
         assert json.dumps("gs…" + lab05_key[-4:])[1:-1] in outputs
         if find_vllm():  # seed 001's api_key="EMPTY", judged by what vLLM served and what the SDK refuses

@@ -1,4 +1,5 @@
-"""Lab 02's build-its: the metrics of one stream from its token times, and a closed-loop load generator."""
+"""Lab 02's build-its: the metrics of one stream from its token times, a decode step with a KV cache (the
+mechanism: then timed against decoding without one), and a closed-loop load generator."""
 
 from __future__ import annotations
 
@@ -6,8 +7,11 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from ..load import closed_loop
 from ..timing import metrics_from_times
+from ..tiny_decoder import TinyHead, causal_attention, decode, decode_step, tokens
 from .base import Case, Core, awaited, run_apart
 
 
@@ -72,8 +76,34 @@ def _closed_loop_cases() -> list[Case]:
     ]  # fmt: skip
 
 
+def _drive_decode(step: Callable, args: tuple) -> str:
+    """Decode random tokens one at a time with `step` (args: tokens, d_model, seed, the tokens' scale) from an
+    empty cache, and say whether every output is full causal attention's and how the cache filled."""
+    n_tokens, d_model, seed, scale = args
+    head, x = TinyHead.random(d_model, seed), tokens(n_tokens, d_model, seed + 1, scale)
+    outputs, held = decode(step, x, head)
+    want = causal_attention(x, head)
+    wrong = [i for i in range(n_tokens) if not np.allclose(outputs[i], want[i], rtol=1e-4, atol=1e-5)]
+    verdict = (
+        f"every output matches causal attention ({n_tokens} positions)"
+        if not wrong
+        else f"position {wrong[0]} differs from causal attention"
+    )
+    return f"{verdict}; cache length after each step: {', '.join(map(str, held))}"
+
+
+def _decode_cases() -> list[Case]:
+    return [
+        Case((1, 8, 0, 1.0), "the first token", "write the new token's key and value in row `length`, add 1 to length, then attend: the first token attends to itself alone (its output is its value)"),
+        Case((6, 8, 1, 1.0), "six tokens, d_model 8", "each step writes one key and one value in row `length`, adds 1 to length, and attends the new query over rows 0 … length - 1: softmax(K q / sqrt(d)) V"),
+        Case((5, 64, 2, 1.0), "five tokens, d_model 64", "the scores are divided by sqrt(d_model) (8 here) before the softmax"),
+        Case((4, 16, 3, 40.0), "large activations (scores in the thousands)", "subtract the largest score before exp: the softmax is the same, and exp(1000) overflows to inf (nan outputs)"),
+    ]  # fmt: skip
+
+
 CORES: dict[str, Core] = {
     "metrics_from_times": Core(metrics_from_times, _timing_cases, metrics_from_times, "from itertools import pairwise"),
+    "decode_step": Core(decode_step, _decode_cases, decode_step, "import math\n\nimport numpy as np", _drive_decode),
     "closed_loop": Core(
         closed_loop,
         _closed_loop_cases,

@@ -10,7 +10,7 @@ import numpy as np
 from gguf import GGMLQuantizationType as QType
 from gguf.quants import dequantize, quantize
 
-from ..quality import Scores, kl_lower_bound
+from ..quality import kl_lower_bound, perplexity
 from .base import Case, Core
 
 BLOCK_VALUES = 32  # values per Q8_0 / Q4_0 block (ggml's QK8_0, QK4_0)
@@ -109,17 +109,6 @@ def _dequantize_cases() -> list[Case]:
     ]  # fmt: skip
 
 
-def perplexity(logprobs: list[float]) -> float:
-    """exp of the mean negative log-likelihood per token; logprobs are natural-log probabilities of each token."""
-    return math.exp(-sum(logprobs) / len(logprobs))
-
-
-def _perplexity_reference(logprobs: list[float]) -> float:
-    """quality.Scores.perplexity, the figure lab 04 reports for each variant."""
-    ids = list(range(len(logprobs)))
-    return Scores(token_ids=ids, logprobs=np.asarray(logprobs, dtype=float), top1_ids=ids).perplexity
-
-
 def _perplexity_cases() -> list[Case]:
     ln = math.log
     return [
@@ -145,6 +134,6 @@ def _kl_cases() -> list[Case]:
 CORES: dict[str, Core] = {
     "quantize_blocks": Core(_quantize_reference, _quantize_cases, quantize_blocks, "import numpy as np"),
     "dequantize_blocks": Core(_dequantize_reference, _dequantize_cases, dequantize_blocks, "import numpy as np"),
-    "perplexity": Core(_perplexity_reference, _perplexity_cases, perplexity, "import math"),
+    "perplexity": Core(perplexity, _perplexity_cases, perplexity, "import math\nfrom collections.abc import Sequence"),
     "kl_lower_bound": Core(kl_lower_bound, _kl_cases, kl_lower_bound, "import math\n\nimport numpy as np"),
 }

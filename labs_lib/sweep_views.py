@@ -9,6 +9,7 @@ from .engines.metrics import cache_hit_rate
 from .errors import BadInput
 from .kv_math import MIB, kv_cache
 from .load import one_at_a_time_mean_ttft_ms
+from .scheduler import ScheduleStep, StepCost, simulate
 
 LOAD_COLUMNS = {
     "summary.output_throughput": "tok/s",
@@ -141,6 +142,56 @@ def cache_hit_table(df: pd.DataFrame, engine: str) -> pd.DataFrame:
     out["hit rate"] = [cache_hit_rate(h, q, names.prompt_includes_cached) for h, q in zip(hits, prompt, strict=True)]
     out["TTFT p50"] = ok.get("summary.p50_ttft_ms", pd.Series(dtype=float))
     return out.reset_index(drop=True)
+
+
+DEFAULT_TOKEN_BUDGET = 2048  # tokens per step when the point records none: llama.cpp's n_batch, vLLM's CPU default
+
+
+def scheduled_beside_measured(df: pd.DataFrame | None, step: ScheduleStep) -> pd.DataFrame:
+    """Each measured point of a batching sweep beside what `step` predicts for it: the same closed-loop load
+    simulated with max_num_seqs = the point's `parallel` and its step budget (the engine's n_batch, vLLM's
+    max_num_batched_tokens, else DEFAULT_TOKEN_BUDGET), the step time calibrated on the one-sequence,
+    one-user point (scheduler.StepCost). No rows when that point is missing."""
+    ok = load_ok(df)
+    columns = [
+        "config",
+        "max_num_seqs",
+        "concurrency",
+        "TTFT p50",
+        "predicted TTFT p50",
+        "TPOT p50",
+        "predicted TPOT p50",
+        "tok/s",
+        "predicted tok/s",
+    ]
+    if ok.empty or "config.parallel" not in ok or "level.concurrency" not in ok:
+        return pd.DataFrame(columns=columns)
+    base = ok[(ok["config.parallel"] == 1) & (ok["level.concurrency"] == 1)]
+    if base.empty:
+        return pd.DataFrame(columns=columns)
+    first = base.iloc[0]
+    cost = StepCost.calibrated(first["summary.p50_tpot_ms"], first["summary.p50_ttft_ms"], int(first["workload.prompt_tokens"]))
+    rows = []
+    for (_, point), name in zip(ok.iterrows(), label(ok), strict=True):
+        budget = next(
+            (int(point[c]) for c in ("config.max_num_batched_tokens", "allocation.n_batch") if c in point and pd.notna(point[c])),
+            DEFAULT_TOKEN_BUDGET,
+        )
+        predicted = simulate(
+            step,
+            cost,
+            concurrency=int(point["level.concurrency"]),
+            requests=int(point["workload.requests"]),
+            prompt_tokens=int(point["workload.prompt_tokens"]),
+            output_tokens=int(point["workload.max_tokens"]),
+            max_num_seqs=int(point["config.parallel"]),
+            token_budget=budget,
+        )
+        rows.append(
+            [name, int(point["config.parallel"]), int(point["level.concurrency"]), point["summary.p50_ttft_ms"], predicted.ttft_p50_ms,
+             point["summary.p50_tpot_ms"], predicted.tpot_p50_ms, point["summary.output_throughput"], predicted.tok_s]
+        )  # fmt: skip
+    return pd.DataFrame(rows, columns=columns)
 
 
 def best_by_goodput(df: pd.DataFrame) -> pd.Series | None:

@@ -283,7 +283,43 @@ def _step(x_t, cache, wq, wk, wv, *, scale=True, shift=True, attend_first=False,
     return np.zeros_like(out) if attend_first and n == 0 else out
 
 
+def _waiting_first(running, waiting, max_num_seqs, budget):
+    from labs_lib.scheduler import schedule_step
+
+    return schedule_step([], waiting + running, max_num_seqs, budget)
+
+
+def _cap_on_new_only(running, waiting, max_num_seqs, budget):
+    out, left = [], budget
+    for rid, need in running + waiting[:max_num_seqs]:
+        if left:
+            out.append((rid, min(need, left)))
+            left -= out[-1][1]
+    return out
+
+
+def _no_chunked_prefill(running, waiting, max_num_seqs, budget):
+    out, left = [], budget
+    for rid, need in running + waiting:
+        if need <= left and len(out) < max_num_seqs:
+            out.append((rid, need))
+            left -= need
+    return out
+
+
+def _lists_zero_tokens(running, waiting, max_num_seqs, budget):
+    out, left = [], budget
+    for rid, need in (running + waiting)[:max_num_seqs]:
+        out.append((rid, min(need, left)))
+        left -= out[-1][1]
+    return out
+
+
 MISTAKES = [  # (core, a wrong function, what the hint must name)
+    ("schedule_step", _waiting_first, "the running requests first"),
+    ("schedule_step", _cap_on_new_only, "running ones included"),
+    ("schedule_step", _no_chunked_prefill, "chunked prefill"),
+    ("schedule_step", _lists_zero_tokens, "the short one behind it waits"),
     ("decode_step", lambda *a: _step(*a, scale=False), "softmax(K q / sqrt(d)) V"),
     ("decode_step", lambda *a: _step(*a, shift=False), "subtract the largest score"),
     ("decode_step", lambda *a: _step(*a, attend_first=True), "then attend"),

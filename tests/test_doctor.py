@@ -332,3 +332,20 @@ def test_the_empty_key_claim_is_judged_only_by_what_vllm_served(monkeypatch):
     assert "Missing credentials" in judged["why"]
     refused = [served[0], Outcome("vLLM: api_key 'EMPTY', as seed 001 writes it", False)]
     assert connection_article_checks("wrong-key", "x", {}, refused).iloc[-1]["verdict"] == "depends"
+
+
+def test_each_failure_is_named_by_the_participants_classify_before_the_doctor():
+    import httpx
+
+    from labs_lib.cores.lab05 import classify
+    from labs_lib.doctor.troubleshoot import attempt, table
+
+    refused = attempt("dead port", lambda: httpx.get("http://127.0.0.1:9/v1/models", timeout=30))
+    body = attempt("an error body indexed", lambda: {"error": {"message": "x"}}["choices"])
+    fine = attempt("fine", lambda: "ok")
+    assert refused.status is None and "ConnectError" in refused.words
+    rows = table([refused, body, fine], classify).to_dict("records")
+    assert [r["named by classify"] for r in rows] == ["connection_refused", "unknown", ""]
+    assert [r["doctor's code"] for r in rows] == ["connection_refused", "choices_missing", ""]
+    assert list(rows[0]).index("named by classify") < list(rows[0]).index("doctor's code")
+    assert "named by classify" not in table([refused]).columns  # without it, the doctor's table as before

@@ -1,5 +1,6 @@
-"""Lab 03's build-its: goodput under an SLO, the loop that runs one engine per configuration, and the Pareto
-front."""
+"""Lab 03's build-its: the loop that runs one engine per configuration, one step of a continuous-batching
+scheduler (the mechanism: then simulated beside the engine's measurements), goodput under an SLO, and the
+Pareto front."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Callable
 
 from ..errors import EngineError
 from ..load import SLO, summarize
+from ..scheduler import schedule_step
 from ..sweep import sweep_loop
 from ..sweep_views import on_front
 from ..timing import RequestRecord
@@ -121,6 +123,17 @@ def _front_cases() -> list[Case]:
     ]  # fmt: skip
 
 
+def _schedule_cases() -> list[Case]:
+    return [
+        Case(([(0, 1), (1, 1)], [(2, 100)], 4, 64), "two decoding, one 100-token prompt waiting, budget 64", "the running requests first (1 token each to decode), then the waiting prompt gets what is left of the budget: 62 tokens now, the rest next step (chunked prefill)"),
+        Case(([(0, 1), (1, 1)], [(2, 10), (3, 10), (4, 10)], 3, 512), "2 running, 3 waiting, max_num_seqs 3", "max_num_seqs caps the requests in one step, running ones included: only one waiting request joins"),
+        Case(([], [(0, 300), (1, 20)], 8, 128), "a 300-token prompt first in line, budget 128", "first come, first served: the first prompt takes the whole budget (128 of its 300); the short one behind it waits, as nothing is left"),
+        Case(([(0, 172), (1, 1)], [(2, 5)], 8, 100), "a prompt half prefilled (172 left) ahead of a decode, budget 100", "a running request gets min(what it needs, budget left), in order: 100 for the prompt, and the decode behind it gets nothing this step (not listed)"),
+        Case(([(0, 1)], [], 4, 2048), "one request decoding, nothing waiting", "one token for the one decode; nothing else"),
+        Case(([], [], 4, 2048), "nothing to do", "an empty step: []"),
+    ]  # fmt: skip
+
+
 CORES: dict[str, Core] = {
     "goodput": Core(
         _goodput_reference, _goodput_cases, goodput, "from labs_lib.load import SLO\nfrom labs_lib.timing import RequestRecord"
@@ -132,5 +145,6 @@ CORES: dict[str, Core] = {
         "from collections.abc import Callable\n\nfrom labs_lib.errors import LabsError",
         _drive_sweep_loop,
     ),
+    "schedule_step": Core(schedule_step, _schedule_cases, schedule_step),
     "on_front": Core(on_front, _front_cases, on_front),
 }

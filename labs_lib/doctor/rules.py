@@ -243,14 +243,35 @@ def diagnose(obj: object) -> Diagnosis:
     return _make(_from_text(text), text)
 
 
-def _diagnose_exception(exc: BaseException) -> Diagnosis:
-    name = type(exc).__name__
-    text = f"{name}: {exc}"
+def _chain(exc: BaseException) -> list[BaseException]:
+    """The exception and those it was raised from or during, outermost first."""
+    chain = [exc]
+    while chain[-1].__cause__ is not None or chain[-1].__context__ is not None:
+        nxt = chain[-1].__cause__ or chain[-1].__context__
+        if nxt is None or nxt in chain:
+            break
+        chain.append(nxt)
+    return chain
+
+
+def status_and_text(exc: BaseException) -> tuple[int | None, str]:
+    """What came back from a failed call, as lab 05's `classify` reads it: the HTTP status (None when no HTTP answer
+    came) and the words: the error body and message, or every exception of the chain ("Type: message | …")."""
     status = getattr(exc, "status_code", None)
     if isinstance(status, int):  # openai.APIStatusError and subclasses
         body = getattr(exc, "body", None)
+        return status, (json.dumps(body) if body is not None else str(exc)) + " " + str(exc)
+    return None, " | ".join(f"{type(e).__name__}: {e}" for e in _chain(exc))
+
+
+def _diagnose_exception(exc: BaseException) -> Diagnosis:
+    name = type(exc).__name__
+    text = f"{name}: {exc}"
+    status, words = status_and_text(exc)
+    if status is not None:
+        body = getattr(exc, "body", None)
         message = json.dumps(body) if body is not None else str(exc)
-        return _make(_from_status(status, message + " " + str(exc)), f"{name} {status}: {message}")
+        return _make(_from_status(status, words), f"{name} {status}: {message}")
     if isinstance(exc, KeyError) and exc.args and exc.args[0] == "choices":
         return _make("choices_missing", text)
     if isinstance(exc, IndexError):
@@ -259,13 +280,7 @@ def _diagnose_exception(exc: BaseException) -> Diagnosis:
         return _make("none_response", text)
     if isinstance(exc, json.JSONDecodeError) or (isinstance(exc, ValueError) and "data:" in str(getattr(exc, "doc", ""))):
         return _make("stream_as_json", text)
-    chain = [exc]
-    while chain[-1].__cause__ is not None or chain[-1].__context__ is not None:
-        nxt = chain[-1].__cause__ or chain[-1].__context__
-        if nxt is None or nxt in chain:
-            break
-        chain.append(nxt)
-    full = " | ".join(f"{type(e).__name__}: {e}" for e in chain)
+    chain, full = _chain(exc), words
     if "Timeout" in name or any("Timeout" in type(e).__name__ for e in chain):
         return _make("timeout", full)
     if any("Proxy" in type(e).__name__ for e in chain):

@@ -12,7 +12,9 @@ import pandas as pd
 
 from ..redact import redact
 from .report import Report
-from .rules import Diagnosis, diagnose
+from .rules import Diagnosis, diagnose, status_and_text
+
+Classify = Callable[[int | None, str], str]  # (HTTP status or None, the words that came back) -> a failure's code
 
 
 @dataclass
@@ -24,13 +26,20 @@ class Outcome:
     error: str | None = None  # its message (keys masked)
     diagnosis: Diagnosis | None = None
     elapsed_s: float = 0.0  # how long the user waited for the answer or the error
+    status: int | None = None  # the HTTP status that came back (None: no HTTP answer)
+    words: str = ""  # what came back in words: the error body, or the exception chain (keys masked)
 
-    def row(self) -> dict:
+    def row(self, classify: Classify | None = None) -> dict:
+        """The call as a row: what the user saw, then (given `classify`) the name it gives the failure, then the
+        doctor's code, cause and fix."""
         d = self.diagnosis
+        named = {"named by classify": classify(self.status, self.words) if classify and not self.ok else ""}
         return {
             "what": self.what,
             "outcome": "ok" if self.ok else self.error_type,
+            "status": self.status or "",
             "what the user sees": "" if self.ok else self.error,
+            **(named if classify else {}),
             "doctor's code": d.code if d else "",
             "cause": d.cause if d else "",
             "fix": d.fix if d else "",
@@ -46,6 +55,7 @@ def attempt(what: str, call: Callable[[], object]) -> Outcome:
         return Outcome(what, True, result, elapsed_s=time.perf_counter() - start)
     except Exception as exc:  # every failure the labs demonstrate is data, never a crash
         cls = type(exc)
+        status, words = status_and_text(exc)
         return Outcome(
             what,
             False,
@@ -54,11 +64,15 @@ def attempt(what: str, call: Callable[[], object]) -> Outcome:
             redact(str(exc))[:300],
             diagnose(exc),
             time.perf_counter() - start,
+            status,
+            redact(words),
         )
 
 
-def table(outcomes: list[Outcome]) -> pd.DataFrame:
-    return pd.DataFrame([o.row() for o in outcomes])
+def table(outcomes: list[Outcome], classify: Classify | None = None) -> pd.DataFrame:
+    """A row per call (Outcome.row); with `classify` (lab 05's participant's, once checked) each failure is named by
+    it before the doctor's diagnosis."""
+    return pd.DataFrame([o.row(classify) for o in outcomes])
 
 
 def time_to_error_figure(outcomes: list[Outcome]):

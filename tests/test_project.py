@@ -537,3 +537,15 @@ def test_learner_text_speaks_to_the_learner(path):
     cells = json.loads(path.read_text())["cells"]
     found = [m.group(0) for c in cells if c["cell_type"] == "markdown" for m in LEARNER_PLUMBING.finditer("".join(c["source"]))]
     assert not found, found
+
+
+def test_each_lab_states_an_honest_time_and_the_readme_shows_it():
+    """The plan a lab's introduction states covers its reading and writing (labs_lib.study_time) and at most 15
+    minutes of running; the README's table shows each lab's plan."""
+    from labs_lib.study_time import stated_plan_min, study_time
+
+    readme = (REPO / "README.md").read_text()
+    for nb in sorted((REPO / "notebooks").glob("*.ipynb")):
+        plan, needed = stated_plan_min(nb), study_time(nb).total_min
+        assert plan is not None and needed <= plan <= needed + 15, (nb.name, plan, needed)
+        assert f"| {nb.name[:2]} | `notebooks/{nb.name}` | {plan} |" in readme, nb.name

@@ -1,0 +1,74 @@
+"""How long a lab takes to work through, from its own cells: its words read at WORDS_PER_MINUTE, plus minutes for
+each build-it, exercise, design task and prediction it asks for. Each notebook states its plan from this (with its
+run time added); tests/test_project.py holds each statement to at least this estimate and the README's table to the
+notebooks."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+WORDS_PER_MINUTE = 200  # prose read closely, tables and code included as words
+BUILD_IT_MIN = 12  # read the task, write the function, run the check, fix what it names (10-20 minutes)
+EXERCISE_MIN = 5
+DESIGN_TASK_MIN = 10
+PREDICTION_MIN = 2  # a value and a reason, written before the section runs
+BUILD_IT_TAG = "build-it"
+
+
+@dataclass(frozen=True)
+class StudyTime:
+    """Minutes to work through one lab, engine time not included."""
+
+    words: int
+    build_its: int
+    exercises: int
+    design_tasks: int
+    predictions: int
+
+    @property
+    def reading_min(self) -> float:
+        return self.words / WORDS_PER_MINUTE
+
+    @property
+    def writing_min(self) -> float:
+        return (
+            self.build_its * BUILD_IT_MIN
+            + self.exercises * EXERCISE_MIN
+            + self.design_tasks * DESIGN_TASK_MIN
+            + self.predictions * PREDICTION_MIN
+        )
+
+    @property
+    def total_min(self) -> int:
+        """Reading and writing, rounded up to 5 minutes."""
+        return 5 * math.ceil((self.reading_min + self.writing_min) / 5)
+
+
+def study_time(notebook: Path) -> StudyTime:
+    """A notebook's StudyTime: the words of its markdown and code cells (the participant reads both), its build-it
+    cells, its exercises (`answer_… = None` lines), design tasks (`design… = None`) and predictions (each label of
+    the first cell's record_predictions, and each `lab.predict(` of a section)."""
+    cells = json.loads(Path(notebook).read_text())["cells"]
+    sources = ["".join(c["source"]) for c in cells]
+    code = "\n".join(s for c, s in zip(cells, sources, strict=True) if c["cell_type"] == "code")
+    upfront = re.search(r"record_predictions\(\{([^}]*)\}", code)
+    return StudyTime(
+        words=sum(len(re.findall(r"[\w'’]+", s)) for s in sources),
+        build_its=sum(BUILD_IT_TAG in c["metadata"].get("tags", []) for c in cells),
+        exercises=len(re.findall(r"^answer_\w+ = None", code, re.MULTILINE)),
+        design_tasks=len(re.findall(r"^design\w* = None", code, re.MULTILINE)),
+        predictions=code.count("lab.predict(") + (len(re.findall(r'"\w+":', upfront.group(1))) if upfront else 0),
+    )
+
+
+PLAN = re.compile(r"plan (\d+) minutes to work through it")
+
+
+def stated_plan_min(notebook: Path) -> int | None:
+    """The minutes a notebook's introduction tells the participant to plan ("plan N minutes to work through it")."""
+    found = PLAN.search("".join(json.loads(Path(notebook).read_text())["cells"][0]["source"]))
+    return int(found.group(1)) if found else None

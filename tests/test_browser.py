@@ -69,14 +69,12 @@ def jupyterlab(tmp_path_factory):
     root = tmp_path_factory.mktemp("lab")
     for nb in (REPO / "notebooks").glob("*.ipynb"):
         shutil.copy(nb, root / nb.name)
-    # labs 02-04 at their quick sizes (their default is the full run): the copy's parameters cell, as a participant
-    # would edit it
+    # labs 02-04 at their default sizes (quick), on the embedded engine: the copy's parameters cell, as a participant
+    # would edit it ("auto" takes vLLM where installed; that default is run by test_notebooks.test_lab_runs_on_vllm)
     for name in ("02_streaming_timing.ipynb", "03_vllm_tuning_sweeps.ipynb", "04_quantization.ipynb"):
         text = (root / name).read_text()
-        assert '"quick = False' in text and '"engine = \\"auto\\"' in text, name
-        # the embedded engine: lab 03's "auto" would take vLLM where installed (its vLLM run: test_notebooks)
-        text = text.replace('"engine = \\"auto\\"', '"engine = \\"llamacpp\\"', 1)
-        (root / name).write_text(text.replace('"quick = False', '"quick = True', 1))
+        assert '"quick = True' in text and '"engine = \\"auto\\"' in text, name
+        (root / name).write_text(text.replace('"engine = \\"auto\\"', '"engine = \\"llamacpp\\"', 1))
     port, token, tag = free_port(), secrets.token_hex(16), f"browser-{os.getpid()}"
     # under the labs' own guard: if this test process dies (a CI timeout, a kill), JupyterLab and its kernels go too
     command = [

@@ -14,7 +14,15 @@ import secrets
 import time
 
 import pytest
-from conftest import browser_missing, files_changed_since, find_leaks, make_canaries, notebook_outputs_and_metadata, require_vllm
+from conftest import (
+    REPO,
+    browser_missing,
+    files_changed_since,
+    find_leaks,
+    make_canaries,
+    notebook_outputs_and_metadata,
+    require_vllm,
+)
 
 from labs_lib import cli, cores, runner
 from labs_lib.engines import EngineConfig
@@ -139,12 +147,15 @@ ON_VLLM_PARAMS = {"03": {"usd_per_device_hour": 0.0816}}
 @pytest.mark.vllm
 @pytest.mark.parametrize("lab", sorted(ON_VLLM))
 def test_lab_runs_on_vllm(lab, tmp_path, canaries, capsys):
-    """The labs with an engine parameter, run with engine="vllm": vLLM on CPU serves the same Gemma 3
-    270M; each lab's vLLM path runs end to end, and no canary leaks."""
+    """The labs with an engine parameter on vLLM (on CPU it serves the same Gemma 3 270M): each lab's vLLM path runs
+    end to end, and no canary leaks. Lab 03 runs as a participant opens it, engine "auto" (vLLM wherever it is
+    installed) at its default sizes; labs 02 and 04 name vLLM (their "auto" takes it on a GPU only, and their
+    default here, llama.cpp, is test_notebook_runs_headlessly's and the browser's)."""
     require_vllm()
     started = time.time()
+    engine = "auto" if lab == "03" else "vllm"
     result = runner.run_series(
-        runner.discover(lab), params=ON_VLLM_PARAMS.get(lab), engine="vllm", quick=True, out_dir=tmp_path, progress=False
+        runner.discover(lab), params=ON_VLLM_PARAMS.get(lab), engine=engine, quick=True, out_dir=tmp_path, progress=False
     )[0]
     assert result.status == "ok", f"{result.error}\n{result.cell_source}"
     outputs = _check_no_leaks(result.output, capsys, canaries, started)
@@ -152,3 +163,15 @@ def test_lab_runs_on_vllm(lab, tmp_path, canaries, capsys):
     assert "vllm-cpu" in outputs
     for needle in ON_VLLM[lab]:
         assert needle in outputs, needle
+
+
+@pytest.mark.notebook
+def test_the_readmes_documented_parameters_run(tmp_path, capsys):
+    """A valid non-default parameter, as the README documents it: lab 01 planned for Llama-3.1-8B at 8,192 tokens
+    (`labs run --only 01 -p model llama-3.1-8b -p seq_len 8192`) runs whole and uses them."""
+    readme = (REPO / "README.md").read_text()
+    assert "labs run --only 01 -p model llama-3.1-8b -p seq_len 8192" in readme
+    args = ["run", "--only", "01", "-p", "model", "llama-3.1-8b", "-p", "seq_len", "8192", "--out", str(tmp_path)]
+    assert cli.main(args) == 0
+    outputs = (tmp_path / "01_kv_cache_memory.ipynb").read_text()
+    assert "Llama-3.1-8B, 8,192 tokens, 2 bytes per value" in outputs

@@ -6,7 +6,9 @@ trade-offs (plots.tradeoff_figure) and lab 04's quantized configurations (plots.
 from __future__ import annotations
 
 import io
+import re
 from dataclasses import dataclass
+from html import unescape
 
 import matplotlib.pyplot as plt
 
@@ -122,6 +124,29 @@ class _Explorer:
     def values(self) -> dict:
         return {name: control.value for name, control in self.controls.items()}
 
+    def tour(self) -> list[dict]:
+        """The control changes a run without widgets walks through (each printed): none by default."""
+        return [{}]
+
+    def text(self) -> str:
+        """The readout as one line of text (its tables left out)."""
+        html = re.sub(r"<table.*", "", self.readout.value, flags=re.DOTALL)
+        return unescape(re.sub(r"<[^>]+>", "", html.replace("<br>", " · "))).strip()
+
+    def show(self, interactive: bool) -> None:
+        """The explorer in JupyterLab; without widgets (interactive=False), each change of `tour` made through its
+        control, as a click would make it, and the readout printed, then the last figure."""
+        from IPython.display import Image, display
+
+        if interactive:
+            display(self.box)
+            return
+        for change in self.tour():
+            for name, value in change.items():
+                self.controls[name].value = value  # each assignment runs the explorer's own callback
+            print("  " + self.text())
+        display(Image(data=self.figure.value))
+
     def _redraw(self) -> None:
         self.update()
         self.draws += 1
@@ -188,6 +213,10 @@ class KVExplorer(_Explorer):
         self.state: ExplorerState | None = None
         controls = list(self.controls.values())
         self._build("kv-explorer", w.HBox([w.VBox(controls[:3]), w.VBox(controls[3:])]))
+
+    def tour(self) -> list[dict]:
+        """The parameters' point, then fp8 KV on an L40S."""
+        return [{}, {"kv_dtype": "fp8", "gpu": "L40S"}]
 
     def update(self) -> ExplorerState:
         """Recompute and redraw for the controls' current values (the controls' observer)."""
@@ -294,6 +323,10 @@ class LatencyExplorer(_Explorer):
         self.state: LatencyState | None = None
         self._build("latency-explorer", w.HBox(list(self.controls.values())))
 
+    def tour(self) -> list[dict]:
+        """The last concurrency measured, then TPOT, then p50."""
+        return [{}, {"metric": "tpot"}, {"percentile": 50}]
+
     def update(self) -> LatencyState:
         """Recompute and redraw for the controls' current values (the controls' observer)."""
         v = self.values()
@@ -343,6 +376,12 @@ class QuantExplorer(_Explorer):
         }
         self.best: str | None = None
         self._build("quant-explorer", w.HBox(list(self.controls.values())))
+
+    def tour(self) -> list[dict]:
+        """The weight variants, then the first and last two configurations, then by top-1 agreement."""
+        labels = list(self.results.index)
+        quality = [{"quality": "top1_agreement"}] if "top1_agreement" in self.controls["quality"].options else []
+        return [{}, {"chosen": labels[:1] + labels[-2:]}, *quality]
 
     def update(self) -> str | None:
         """Redraw for the chosen rows; returns the best of them by the chosen quality measure (None if none)."""

@@ -253,3 +253,17 @@ def test_ttft_parts_put_llama_cpps_slot_wait_in_the_rest(measured_runs):
         assert 0 < parts["prefill_ms"] < parts["ttft_ms"]
         assert parts["rest_ms"] == pytest.approx(parts["ttft_ms"] - parts["prefill_ms"])
     assert four["rest_ms"] > one["rest_ms"] + four["prefill_ms"]  # a wait of a whole request, not a prefill
+
+
+def test_without_widgets_the_explorer_walks_its_tour_through_its_controls(explorer, capsys, monkeypatch):
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
+    draws = explorer.draws
+    explorer.show(False)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and "on RTX-4090" in lines[0] and "<" not in lines[0]
+    assert "on L40S" in lines[1] and explorer.controls["kv_dtype"].value == "fp8"
+    assert explorer.draws == draws + 2  # the kv_dtype and gpu changes, each redrawn by the explorer's own callback
+    assert [type(o).__name__ for o in shown] == ["Image"] and shown[0].data == explorer.figure.value
+    explorer.show(True)
+    assert shown[-1] is explorer.box

@@ -118,6 +118,23 @@ def takeaway(label: str, measured: float, what: str) -> None:
     print(f"  {_against_prediction(_predictions.get(str(label)), measured)}")
 
 
+def inline_question(label: str, answer: object, reference: str, names: dict[str, tuple[str, ...]]) -> None:
+    """An inline question (CS231n's): the participant's one or two sentences in `answer`, then the reference answer
+    and what a good answer names, each idea marked as found in theirs (any of its words) or not. Unanswered: the
+    question waits; "show": the reference alone."""
+    if answer is None or not str(answer).strip():
+        print(f"Question {label}: not answered yet: write one or two sentences in the answer line, then run this cell.")
+        return
+    if not asked_to_show(answer):
+        text = str(answer).lower()
+        marks = [
+            f"{idea}: {'yours names it' if any(w.lower() in text for w in words) else 'not in yours'}"
+            for idea, words in names.items()
+        ]
+        print(f"Question {label}: a good answer names " + "; ".join(marks) + ".")
+    print(f"  Reference answer ({label}): {reference}")
+
+
 def check_exercise(
     label: str,
     answer: object,

@@ -110,3 +110,16 @@ def test_a_section_prediction_is_set_beside_its_measurement(capsys):
     notebook.takeaway("9.z", 2.0, "something else")
     out = capsys.readouterr().out
     assert "without a reason" in out and "No prediction written before the run" in out
+
+
+def test_an_inline_question_marks_the_ideas_a_good_answer_names(capsys):
+    from labs_lib import notebook
+
+    names = {"the queue": ("queue", "wait"), "one at a time": ("one at a time", "alone")}
+    notebook.inline_question("2.q", None, "They queue.", names)
+    notebook.inline_question("2.q", "Requests WAIT behind the others.", "They queue.", names)
+    notebook.inline_question("2.q", "show", "They queue.", names)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("Question 2.q: not answered yet") and len(out) == 4
+    assert "the queue: yours names it" in out[1] and "one at a time: not in yours" in out[1]
+    assert out[2] == "  Reference answer (2.q): They queue." and out[3] == out[2]

@@ -68,7 +68,6 @@ def test_roundtrip_error_grows_as_bits_shrink():
     assert rt.relative_rms_error.iloc[0] < 1e-3 < rt.relative_rms_error.iloc[-1]
 
 
-@pytest.mark.engine
 def test_a_participants_block_quantizer_is_judged_against_the_file_llama_cpps_quantizer_wrote():
     from labs_lib.cores import lab04
 
@@ -90,6 +89,7 @@ def test_a_participants_block_quantizer_is_judged_against_the_file_llama_cpps_qu
     assert codec.equals(quant.roundtrip_error(formats=("Q8_0", "Q4_0"))), codec
 
 
+@pytest.mark.engine
 def test_scorer_logprobs_equal_the_engines_own_while_generating_greedily():
     import httpx
 

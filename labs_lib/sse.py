@@ -70,3 +70,25 @@ def events(lines: Iterable[str | bytes]) -> Iterator[object]:
             continue
         if value is not None:
             yield value
+
+
+def stream_text(lines: Iterable[str | bytes]) -> tuple[str, dict | None, str | None]:
+    """A chat stream read whole: (the reply's text, the usage chunk's counts or None, the server's error message or
+    None). Only `data:` lines carry events and the stream ends at [DONE]; the role chunk's delta has no content and
+    the usage chunk has no choices, so neither carries text; an error event ends the reply."""
+    text: list[str] = []
+    usage = None
+    for event in events(lines):
+        if event == DONE:
+            break
+        if not isinstance(event, dict):
+            continue
+        if event.get("error"):
+            err = event["error"]
+            return "".join(text), usage, str(err.get("message", err) if isinstance(err, dict) else err)
+        choices = event.get("choices") or []
+        if choices:
+            text.append((choices[0].get("delta") or {}).get("content") or "")
+        if event.get("usage"):
+            usage = event["usage"]
+    return "".join(text), usage, None

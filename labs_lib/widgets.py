@@ -241,7 +241,8 @@ class SweepExplorer(_Explorer):
 
         self.table = table
         metrics = [c for c in table.columns if pd.api.types.is_numeric_dtype(table[c]) and table[c].notna().any()]
-        groups = [c for c in ("experiment", "config", "concurrency") if c in table.columns]
+        metrics = metrics or [x, y]  # nothing measured (every start refused): the asked axes, no points
+        groups = [c for c in ("experiment", "config", "concurrency") if c in table.columns] or [colour]
         self.controls = {
             "x": w.Dropdown(options=metrics, value=x if x in metrics else metrics[0], description="x"),
             "y": w.Dropdown(options=metrics, value=y if y in metrics else metrics[-1], description="y"),
@@ -252,14 +253,20 @@ class SweepExplorer(_Explorer):
 
     def update(self) -> int:
         """Redraw for the chosen metrics; returns the number of points drawn."""
+        import pandas as pd
+
         v = self.values()
-        shown = self.table.dropna(subset=[v["x"], v["y"]])
-        self.figure.value = _png(plots.tradeoff_figure(self.table, v["x"], v["y"], v["colour"]))
+        axes = [v["x"], v["y"], v["colour"]]
+        table = self.table if set(axes) <= set(self.table.columns) else pd.DataFrame(columns=axes)
+        shown = table.dropna(subset=[v["x"], v["y"]])
+        self.figure.value = _png(plots.tradeoff_figure(shown, v["x"], v["y"], v["colour"]))
         self.points = len(shown)
-        groups = shown[v["colour"]].nunique()
+        if not self.points:
+            self.readout.value = "<div class='sweep-readout'>0 measured points: no configuration started</div>"
+            return 0
         self.readout.value = (
             f"<div class='sweep-readout'>{self.points} measured points: {v['y']} against {v['x']}, "
-            f"{groups} series by {v['colour']}</div>"
+            f"{shown[v['colour']].nunique()} series by {v['colour']}</div>"
         )
         return self.points
 

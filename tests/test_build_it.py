@@ -315,6 +315,56 @@ def _lists_zero_tokens(running, waiting, max_num_seqs, budget):
     return out
 
 
+def _stream_indexes_choices(lines):
+    text, usage = "", None
+    for line in lines:
+        if line.startswith("data: ") and line != "data: [DONE]":
+            event = json.loads(line[6:])
+            text += event["choices"][0]["delta"].get("content") or ""
+            usage = event.get("usage") or usage
+    return text, usage, None
+
+
+def _stream_reads_past_done(lines):
+    text, usage = "", None
+    for line in lines:
+        if line.startswith("data:") and line.removeprefix("data:").strip() != "[DONE]":
+            event = json.loads(line.removeprefix("data:"))
+            if event.get("choices"):
+                text += event["choices"][0]["delta"].get("content") or ""
+            usage = event.get("usage") or usage
+    return text, usage, None
+
+
+def _stream_needs_the_space(lines):
+    text, usage = "", None
+    for line in lines:
+        if line == "data: [DONE]":
+            break
+        if line.startswith("data: "):
+            event = json.loads(line[6:])
+            if event.get("choices"):
+                text += event["choices"][0]["delta"].get("content") or ""
+            usage = event.get("usage") or usage
+    return text, usage, None
+
+
+def _retry_every_failure(status, retries_done, retry_after_s=None):
+    return None if retries_done >= 2 else 0.5 * 2**retries_done
+
+
+def _retry_only_5xx(status, retries_done, retry_after_s=None):
+    if retries_done >= 2 or (status is not None and status < 500):
+        return None
+    return 0.5 * 2**retries_done
+
+
+def _retry_without_a_cap(status, retries_done, retry_after_s=None):
+    if status is not None and status not in (408, 409, 429) and status < 500:
+        return None
+    return retry_after_s or 0.5 * 2**retries_done
+
+
 MISTAKES = [  # (core, a wrong function, what the hint must name)
     ("schedule_step", _waiting_first, "the running requests first"),
     ("schedule_step", _cap_on_new_only, "running ones included"),
@@ -350,6 +400,12 @@ MISTAKES = [  # (core, a wrong function, what the hint must name)
     ("on_front", _front_beats_itself, "a trade-off keeps all three"),
     ("classify", _classify_by_text_only, "a 404 about no model"),
     ("classify", _classify_every_404_a_model, "the URL's path is wrong"),
+    ("stream_text", _stream_indexes_choices, "choices[0] would raise IndexError"),
+    ("stream_text", _stream_reads_past_done, "nothing after it is the reply"),
+    ("stream_text", _stream_needs_the_space, "the space after `data:` is optional"),
+    ("retry_delay", _retry_every_failure, "a wrong key stays wrong"),
+    ("retry_delay", _retry_only_5xx, "a rate limit passes"),
+    ("retry_delay", _retry_without_a_cap, "the SDK's default is two retries"),
     ("closed_loop", _loop_all_at_once, "one user sends one request at a time"),
     ("closed_loop", _loop_one_at_a_time, "the users send at the same time"),
     ("closed_loop", _loop_in_arrival_order, "whatever order the answers arrive in"),
@@ -365,7 +421,7 @@ MISTAKES = [  # (core, a wrong function, what the hint must name)
 def test_a_usual_mistake_is_caught_and_named_and_the_lab_goes_on_with_the_library(name, wrong, hint, capsys):
     assert cores.check(name, wrong) is cores.CORES[name].reference
     out = capsys.readouterr().out
-    assert f"{name}: differs on" in out and hint in out and "the library's" in out, out
+    assert (f"{name}: differs on" in out or "raised" in out) and hint in out and "the library's" in out, out
 
 
 def test_unwritten_and_crashing_cells_are_verdicts_not_tracebacks(capsys):

@@ -549,3 +549,13 @@ def test_each_lab_states_an_honest_time_and_the_readme_shows_it():
         plan, needed = stated_plan_min(nb), study_time(nb).total_min
         assert plan is not None and needed <= plan <= needed + 15, (nb.name, plan, needed)
         assert f"| {nb.name[:2]} | `notebooks/{nb.name}` | {plan} |" in readme, nb.name
+
+
+def test_every_package_of_labs_lib_ships_in_the_wheel():
+    """A package left out of pyproject's list installs from a checkout (-e) and is missing from the wheel: labs run
+    from `pip install` then fails on its first import (it did, for labs_lib.cores)."""
+    import tomllib
+
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "labs_lib").rglob("__init__.py")}
+    assert found - listed == set(), f"add to [tool.setuptools] packages in pyproject.toml: {sorted(found - listed)}"

@@ -124,6 +124,23 @@ def test_the_sweep_explorer_redraws_every_choice_over_the_measured_points(measur
         assert f"{shown[v['colour']].nunique()} series by {v['colour']}" in explorer.readout.value
 
 
+def test_the_sweep_explorer_over_only_refused_starts_says_nothing_started():
+    """Every start refused (a card another process holds): the tables hold failure rows only, and the explorer
+    draws an empty figure and says so, rather than failing on a metric list with nothing in it."""
+    from labs_lib import sweep_views as views
+    from labs_lib.sweep import load_results
+    from labs_lib.widgets import SweepExplorer
+
+    path = sorted((Path(__file__).parent / "fixtures" / "sweeps").glob("*.jsonl"))[0]
+    refused = load_results(path).assign(status="failed", error="ValueError: Free memory on device")
+    table = views.load_table(refused).assign(experiment=path.stem)
+    assert table.empty
+
+    explorer = SweepExplorer(table, x="TTFT p99", y="tok/s", colour="experiment")
+    assert explorer.points == 0 and "no configuration started" in explorer.text()
+    assert explorer.figure.value  # a figure all the same: the axes the learner asked for, empty
+
+
 # ---- lab 02's latency explorer, over a concurrency sweep measured on the embedded engine
 
 

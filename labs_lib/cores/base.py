@@ -43,11 +43,13 @@ class Core:
 
 def same(got: Any, want: Any) -> bool:
     """Equal: bytes and strings exactly, numbers within REL_TOL (and 1e-9 absolute), element by element inside
-    tuples, lists and arrays (of the same shape)."""
+    tuples, lists and arrays (of the same shape), key by key inside dicts."""
     if want is None or got is None:
         return got is None and want is None
     if isinstance(want, (str, bytes)):
         return type(got) is type(want) and got == want
+    if isinstance(want, dict):  # a usage object: the same keys, each value the same
+        return isinstance(got, dict) and got.keys() == want.keys() and all(same(got[k], want[k]) for k in want)
     if isinstance(want, np.ndarray):
         got = np.asarray(got, dtype=float) if isinstance(got, (np.ndarray, list, tuple)) else None
         return got is not None and got.shape == want.shape and bool(np.allclose(got, want, rtol=REL_TOL, atol=1e-9))
@@ -84,7 +86,8 @@ def verdict(name: str, core: Core, candidate: Callable) -> Callable:
             print(f"{name}: not written yet. Write it in the cell above and run both cells; the lab goes on with the library's.")
             return core.reference
         except Exception as exc:  # the participant's code: any error is a verdict, shown in one line
-            print(f"{name}: {case.holds}: raised {type(exc).__name__}: {exc}. The lab goes on with the library's.")
+            print(f"{name}: {case.holds}: raised {type(exc).__name__}: {exc}.")
+            print(f"  Hint: {case.why}. The lab goes on with the library's; fix the cell and run both cells again.")
             return core.reference
         if not same(got, want):
             print(f"{name}: differs on {case.holds}: yours {shown(got)}, the library's {shown(want)}.")

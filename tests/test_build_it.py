@@ -315,38 +315,25 @@ def _lists_zero_tokens(running, waiting, max_num_seqs, budget):
     return out
 
 
-def _stream_indexes_choices(lines):
-    text, usage = "", None
-    for line in lines:
-        if line.startswith("data: ") and line != "data: [DONE]":
-            event = json.loads(line[6:])
-            text += event["choices"][0]["delta"].get("content") or ""
-            usage = event.get("usage") or usage
-    return text, usage, None
+def _stream_reader(*, space: bool = False, past_done: bool = False, index_choices: bool = False):
+    """A stream reader with one of the usual slips: `data: ` with its space required, reading on past [DONE],
+    choices[0] taken on every chunk."""
 
-
-def _stream_reads_past_done(lines):
-    text, usage = "", None
-    for line in lines:
-        if line.startswith("data:") and line.removeprefix("data:").strip() != "[DONE]":
-            event = json.loads(line.removeprefix("data:"))
-            if event.get("choices"):
+    def read(lines):
+        text, usage, prefix = "", None, "data: " if space else "data:"
+        for line in lines:
+            payload = line.removeprefix(prefix).strip() if line.startswith(prefix) else None
+            if payload == "[DONE]" and not past_done:
+                break
+            if payload is None or payload == "[DONE]":
+                continue
+            event = json.loads(payload)
+            if event.get("choices") or index_choices:
                 text += event["choices"][0]["delta"].get("content") or ""
             usage = event.get("usage") or usage
-    return text, usage, None
+        return text, usage, None
 
-
-def _stream_needs_the_space(lines):
-    text, usage = "", None
-    for line in lines:
-        if line == "data: [DONE]":
-            break
-        if line.startswith("data: "):
-            event = json.loads(line[6:])
-            if event.get("choices"):
-                text += event["choices"][0]["delta"].get("content") or ""
-            usage = event.get("usage") or usage
-    return text, usage, None
+    return read
 
 
 def _retry_every_failure(status, retries_done, retry_after_s=None):
@@ -400,9 +387,9 @@ MISTAKES = [  # (core, a wrong function, what the hint must name)
     ("on_front", _front_beats_itself, "a trade-off keeps all three"),
     ("classify", _classify_by_text_only, "a 404 about no model"),
     ("classify", _classify_every_404_a_model, "the URL's path is wrong"),
-    ("stream_text", _stream_indexes_choices, "choices[0] would raise IndexError"),
-    ("stream_text", _stream_reads_past_done, "nothing after it is the reply"),
-    ("stream_text", _stream_needs_the_space, "the space after `data:` is optional"),
+    ("stream_text", _stream_reader(index_choices=True), "choices[0] would raise IndexError"),
+    ("stream_text", _stream_reader(past_done=True), "nothing after it is the reply"),
+    ("stream_text", _stream_reader(space=True), "the space after `data:` is optional"),
     ("retry_delay", _retry_every_failure, "a wrong key stays wrong"),
     ("retry_delay", _retry_only_5xx, "a rate limit passes"),
     ("retry_delay", _retry_without_a_cap, "the SDK's default is two retries"),

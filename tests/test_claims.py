@@ -159,3 +159,23 @@ def test_the_article_config_is_the_articles_own():
         assert all(pair in printed for pair in pairs), [p for p in pairs if p not in printed]
     keys = [f"{s}.{k}" for s, values in tomllib.loads(text).items() for k in values]
     assert keys == list(ARTICLE_CONFIG_KEYS) == list(article_config_table().key)
+
+
+def test_the_24gb_card_is_judged_as_written_and_for_the_model_it_names():
+    """Seed 000's card: 14 GB of weights at 0.9 as written; Llama-2-7B's real fp16 weights at today's default. The
+    verdict follows where the claimed 8 falls in each reading's range: "depends" when one reading holds it."""
+    from labs_lib.claims import claim, kv_claims_table
+    from labs_lib.kv_math import VLLM_GPU_MEMORY_UTILIZATION, plan_capacity
+
+    c = claim("s000-24gb-card")
+    plans = [
+        plan_capacity(c["model"], 2048, kv_dtype="fp16", gpu_memory_gib=24, weight_gib=14, gpu_memory_utilization=0.9),
+        plan_capacity(c["model"], 2048, kv_dtype="fp16", gpu_memory_gib=24, gpu_memory_utilization=VLLM_GPU_MEMORY_UTILIZATION),
+    ]
+    inside = [p.max_concurrency_low <= c["value"] <= p.max_concurrency_high for p in plans]
+    want = {(True, True): "holds", (False, False): "does not hold"}.get(tuple(inside), "depends")
+    table = kv_claims_table()
+    got = table[table["claim"] == c["claim"]].iloc[0]
+    assert got["verdict"] == want
+    assert got["computed"] == " / ".join(f"{p.max_concurrency:.3g}" for p in plans)
+    assert "as written" in got["why"] and "for the model it names" in got["why"]

@@ -188,6 +188,24 @@ def _card_row() -> dict:
     )
 
 
+def _two_readings(c: dict, values: dict[str, float], unit: str, exact: dict[str, int]) -> dict:
+    """A 70B-class KV figure judged for Llama-2-70B (GQA, 8 KV heads) and for an MHA model of the formula's shape
+    (80 layers, 64 heads x 128): "depends" when one reading holds and the other does not."""
+    gqa, gqa_off = verdict(c["value"], values["gqa"])
+    mha, _ = verdict(c["value"], values["mha"])
+    return row(
+        c["id"],
+        f"{significant(values['gqa'])} / {significant(values['mha'])}",
+        f"{unit} (Llama-2-70B, GQA / MHA of that shape)",
+        gqa if gqa == mha else None,
+        f"Llama-2-70B has 80 layers and 8 KV heads of 128 (GQA): {exact['gqa']:,} bytes, "
+        f"{'within' if gqa else 'outside'} {TOLERANCE:.0%} of the article's {c['value']}; an MHA model of 80 layers x "
+        f"8192 (64 heads of 128, as LLaMA-65B is): {exact['mha']:,} bytes, {'within' if mha else 'outside'} it. The "
+        "formula is right for MHA; GQA keeps 8 of 64 heads",
+        gqa_off,
+    )
+
+
 def _weight_and_70b_rows() -> list[dict]:
     """Weights of 7B and 70B models, the 70B's KV per token and per request, 7B KV per length."""
     rows = []
@@ -204,29 +222,35 @@ def _weight_and_70b_rows() -> list[dict]:
             verdict(c["value"], float(np.mean(list(sizes.values()))))[1],
         )
     )
+    # Seed 002 sizes "a 70B-class model" with an MHA formula: it holds for an MHA model of that shape (80 layers of
+    # 64 heads x 128, as LLaMA-65B is) and not for the GQA 70Bs (Llama-2-70B: 8 KV heads). Both readings are judged.
+    mha = _mha_like(80, 64, 128)
     c = claim("s002-70b-per-token")
-    per_token = kv_cache(c["model"], 1, 1, "fp16").kv_bytes_per_token
-    holds, off = verdict(c["value"], per_token / 1e6)
-    own = 70 * 2 * 8192 * 2
+    per_token = {
+        "gqa": kv_cache(c["model"], 1, 1, "fp16").kv_bytes_per_token,
+        "mha": kv_cache(mha, 1, 1, "fp16").kv_bytes_per_token,
+    }
+    rows.append(_two_readings(c, {k: v / 1e6 for k, v in per_token.items()}, "MB", per_token))
+    c = claim("s002-70b-2048")
+    per_seq = {
+        "gqa": kv_cache(c["model"], c["seq_len"], 1, "fp16").kv_bytes,
+        "mha": kv_cache(mha, c["seq_len"], 1, "fp16").kv_bytes,
+    }
+    rows.append(_two_readings(c, {k: v / 1e9 for k, v in per_seq.items()}, "GB", per_seq))
+    c = claim("s003-70b-4096")  # names LLaMA-2-70B itself: one reading
+    gb = kv_cache(c["model"], c["seq_len"], 1, "fp16").kv_bytes / 1e9
+    holds, off = verdict(c["value"], gb)
+    mha_gb = kv_cache(mha, c["seq_len"], 1, "fp16").kv_bytes / 1e9
     rows.append(
         row(
-            "s002-70b-per-token",
-            significant(per_token / 1e6),
-            "MB",
+            "s003-70b-4096",
+            significant(gb),
+            "GB",
             holds,
-            f"Llama-2-70B has 80 layers and 8 KV heads (GQA): 2 x 80 x 8 x 128 x 2 = {per_token:,} bytes; "
-            f"even the article's own formula gives {own / 1e6:.2f} MB",
+            f"LLaMA-2-70B, the model it names, has 8 KV heads (GQA); as MHA (64 KV heads) it would be {mha_gb:.1f} GB",
             off,
         )
     )
-    for cid in ("s002-70b-2048", "s003-70b-4096"):
-        c = claim(cid)
-        gb = kv_cache(c["model"], c["seq_len"], 1, "fp16").kv_bytes / 1e9
-        holds, off = verdict(c["value"], gb)
-        mha = kv_cache(_mha_like(80, 64, 128), c["seq_len"], 1, "fp16").kv_bytes / 1e9
-        rows.append(
-            row(cid, significant(gb), "GB", holds, f"GQA with 8 KV heads; even MHA (64 KV heads) would be {mha:.1f} GB", off)
-        )
     c = claim("s003-70b-weights")
     gb = weight_bytes(c["model"], "fp16") / 1e9
     holds, off = verdict(c["value"], gb)

@@ -179,3 +179,22 @@ def test_the_24gb_card_is_judged_as_written_and_for_the_model_it_names():
     assert got["verdict"] == want
     assert got["computed"] == " / ".join(f"{p.max_concurrency:.3g}" for p in plans)
     assert "as written" in got["why"] and "for the model it names" in got["why"]
+
+
+@pytest.mark.parametrize("claim_id", ["s002-70b-per-token", "s002-70b-2048"])
+def test_seed_002s_70b_class_figures_are_judged_for_gqa_and_for_mha(claim_id):
+    """Seed 002 sizes "a 70B-class model" with an MHA formula: judged for Llama-2-70B (GQA) and for an MHA model of
+    the formula's shape (80 layers x 64 heads x 128); one reading holding and the other not is "depends"."""
+    from labs_lib.claims import TOLERANCE, claim, kv_claims_table
+    from labs_lib.kv_math import kv_cache
+    from labs_lib.models import ModelSpec
+
+    c = claim(claim_id)
+    mha = ModelSpec("mha", num_layers=80, num_q_heads=64, num_kv_heads=64, head_dim=128, hidden_size=8192, vocab_size=32000)
+    tokens, scale = (1, 1e6) if c["unit"] == "MB" else (c["seq_len"], 1e9)
+    values = [kv_cache(m, tokens, 1, "fp16").kv_bytes / scale for m in (c["model"], mha)]
+    inside = [abs(c["value"] - v) / v <= TOLERANCE for v in values]
+    want = {(True, True): "holds", (False, False): "does not hold"}.get(tuple(inside), "depends")
+    table = kv_claims_table()
+    got = table[table["claim"] == c["claim"]].iloc[0]
+    assert got["verdict"] == want and "slip" not in got["why"] and "even the article" not in got["why"]

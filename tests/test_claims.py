@@ -198,3 +198,19 @@ def test_seed_002s_70b_class_figures_are_judged_for_gqa_and_for_mha(claim_id):
     table = kv_claims_table()
     got = table[table["claim"] == c["claim"]].iloc[0]
     assert got["verdict"] == want and "slip" not in got["why"] and "even the article" not in got["why"]
+
+
+def test_the_paged_utilization_claim_is_judged_half_by_half():
+    """Seed 003's "from 60-70% to over 95%": the paged half against the paged allocation of the lab's lengths, the
+    baseline against contiguous preallocation of the same lengths; the claim holds only when both halves do."""
+    from labs_lib.claims import claim, example_lengths, kv_claims_table
+    from labs_lib.kv_math import allocation_utilization
+
+    c = claim("s003-paged-utilization")
+    util = allocation_utilization(example_lengths(0), max_len=4096, block_size=16)
+    baseline, paged = 100 * util["contiguous"], 100 * util["paged"]
+    halves = (abs(baseline - c["value"][0]) <= 5, paged >= c["value"][1])
+    got = kv_claims_table().set_index("claim").loc[c["claim"]]
+    assert got["verdict"] == ("holds" if all(halves) else "does not hold")
+    assert ("holds: over" in got["why"]) == halves[1] and ("outside 60-70%" in got["why"]) == (not halves[0])
+    assert "20.4-38.2%" in got["why"] and f"{100 * 200 / 4096:.0f}%" in got["why"]

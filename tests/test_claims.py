@@ -214,3 +214,28 @@ def test_the_paged_utilization_claim_is_judged_half_by_half():
     assert got["verdict"] == ("holds" if all(halves) else "does not hold")
     assert ("holds: over" in got["why"]) == halves[1] and ("outside 60-70%" in got["why"]) == (not halves[0])
     assert "20.4-38.2%" in got["why"] and f"{100 * 200 / 4096:.0f}%" in got["why"]
+
+
+@pytest.mark.parametrize(("unstreamed_ms", "holds"), [(2400.0, False), (105.0, True)])
+def test_the_unstreamed_ttft_verdict_follows_what_was_measured(unstreamed_ms, holds):
+    """Seed 003's "TTFT" from a body without stream: true holds only where it came out near the streamed TTFT."""
+    import pandas as pd
+
+    from labs_lib.claims import _unstreamed_row
+
+    nt = pd.DataFrame(
+        {"ttft_ms": [100.0, unstreamed_ms], "output_tokens": [32, 1]}, index=["harness", "seed 003: unstreamed lines"]
+    )
+    got = _unstreamed_row(nt, e2e_ms=2500.0)
+    assert got["verdict"] == ("holds" if holds else "does not hold")
+    assert f"{unstreamed_ms / 100:.1f}x the streamed TTFT" in got["why"]
+
+
+@pytest.mark.parametrize(("error_pct", "holds"), [(12.0, False), (-3.0, True), (-40.0, False)])
+def test_the_lines_as_tokens_verdict_follows_the_counted_error(error_pct, holds):
+    import pandas as pd
+
+    from labs_lib.claims import _chunks_as_tokens_row
+
+    nt = pd.DataFrame({"output_tokens_error_%": [0.0, error_pct]}, index=["harness", "seed 002: data lines"])
+    assert _chunks_as_tokens_row(nt)["verdict"] == ("holds" if holds else "does not hold")

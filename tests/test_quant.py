@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import assert_one_line_error, run_cli
+from conftest import REPO, assert_one_line_error, run_cli
 
 from labs_lib import quant
 from labs_lib.engines import EngineConfig
@@ -190,3 +190,26 @@ def test_kv_slots_within_follows_the_llamacpp_layout():
     # q4_0 is 18 bytes per 32 values against f16's 64: 3.56x the slots, so 14 of the same context
     assert kv_slots_within(f16_mib, settings, "q4_0") == 14 and kv_slots_within(f16_mib, settings, "q8_0") == 7
     assert kv_slots_within(0.01, settings, "f16") == 0
+
+
+@pytest.mark.parametrize(
+    ("recorded", "how"),
+    [("configurations-vllm-quick.csv", "measured on vLLM"), ("configurations-llamacpp-quick.csv", "computed with vLLM's layout")],
+)
+def test_the_fp8_kv_verdict_is_vllms_fp8_measured_or_computed_never_llamacpps_q8_0(recorded, how):
+    """Seed 001's fp8 KV claim: from the tokens vLLM's pool held with fp8 and with the 16-bit cache (a recorded lab 04
+    run on vLLM), else vLLM's per-token bytes; llama.cpp's q8_0 (34 bytes per 32 values) is another format."""
+    import pandas as pd
+
+    from labs_lib.quant_compare import _fp8_kv_row
+
+    results = pd.read_csv(REPO / "tests" / "fixtures" / "quant" / recorded)
+    got = _fp8_kv_row(results)
+    assert got["why"].startswith(how) and "q8_0 KV" not in got["computed"]
+    if how.startswith("measured"):
+        share = (
+            results[results.kv_dtype == "f16"].kv_cache_tokens.iloc[0]
+            / results[results.kv_dtype == "fp8"].kv_cache_tokens.iloc[0]
+        )
+        assert f"{share:.1%}" in got["computed"]
+        assert got["verdict"] == ("holds" if abs(share - 0.5) <= 0.05 else "does not hold")

@@ -315,25 +315,6 @@ def test_a_report_becomes_one_row_naming_its_first_failure_else_its_first_warnin
     assert rows["healthy"] == {"verdict": "ok", "first finding": "-", "cause": "", "fix": ""}
 
 
-def test_the_empty_key_claim_is_judged_only_by_what_vllm_served(monkeypatch):
-    """Without vLLM's section the claim says what it needs; with it, keys served without --api-key refute it."""
-    from labs_lib.doctor.troubleshoot import Outcome, connection_article_checks
-
-    monkeypatch.delenv("TAOTOKEN_API_KEY", raising=False)
-    unjudged = connection_article_checks("wrong-key", "Invalid API Key", {"error": "Unauthorized"}, [])
-    assert unjudged.iloc[-1]["verdict"] == "depends" and "needs vLLM" in unjudged.iloc[-1]["why"]
-    assert unjudged.iloc[2]["computed"] == "not testable here"  # TaoToken's body: only TaoToken can say
-    served = [
-        Outcome("vLLM: the right URL and model (api_key 'none')", True),
-        Outcome("vLLM: api_key 'EMPTY', as seed 001 writes it", True),
-    ]
-    judged = connection_article_checks("wrong-key", "Invalid API Key", {"error": "Unauthorized"}, served).iloc[-1]
-    assert judged["verdict"] == "does not hold" and "api_key 'EMPTY', as seed 001 writes it: served" in judged["computed"]
-    assert "Missing credentials" in judged["why"]
-    refused = [served[0], Outcome("vLLM: api_key 'EMPTY', as seed 001 writes it", False)]
-    assert connection_article_checks("wrong-key", "x", {}, refused).iloc[-1]["verdict"] == "depends"
-
-
 def test_each_failure_is_named_by_the_participants_classify_before_the_doctor():
     import httpx
 
@@ -349,3 +330,28 @@ def test_each_failure_is_named_by_the_participants_classify_before_the_doctor():
     assert [r["doctor's code"] for r in rows] == ["connection_refused", "choices_missing", ""]
     assert list(rows[0]).index("named by classify") < list(rows[0]).index("doctor's code")
     assert "named by classify" not in table([refused]).columns  # without it, the doctor's table as before
+
+
+@pytest.mark.parametrize("empty_served", [True, False])
+def test_seed_001s_two_empty_key_sentences_are_judged_apart_from_what_vllm_served(empty_served, monkeypatch):
+    """ "EMPTY is enough, the local service checks no key" holds where vLLM served EMPTY; "a 401 from a local vLLM
+    usually means the key was not EMPTY" does not hold where vLLM served every key it was sent. Without vLLM's
+    outcomes neither can be judged here."""
+    from labs_lib.claims import claim
+    from labs_lib.doctor.troubleshoot import Outcome, connection_article_checks
+
+    monkeypatch.delenv("TAOTOKEN_API_KEY", raising=False)
+    outcomes = [
+        Outcome("vLLM: the right URL and model (api_key 'none')", True),
+        Outcome("vLLM: api_key 'EMPTY', as seed 001 writes it", empty_served),
+    ]
+    body = {"error": "Unauthorized"}
+    table = connection_article_checks("sk-wrong", "Invalid API Key", body, outcomes).set_index("claim")
+    assert table.loc[claim("s001-api-key-empty")["claim"], "verdict"] == ("holds" if empty_served else "does not hold")
+    assert table.loc[claim("s001-401-not-empty")["claim"], "verdict"] == ("does not hold" if empty_served else "depends")
+    assert "Missing credentials" in table.loc[claim("s001-api-key-empty")["claim"], "why"]  # the SDK's own words
+    untested = connection_article_checks("sk-wrong", "Invalid API Key", body, []).set_index("claim")
+    for claim_id in ("s001-api-key-empty", "s001-401-not-empty"):
+        assert untested.loc[claim(claim_id)["claim"], "verdict"] == "depends"
+        assert "needs vLLM" in untested.loc[claim(claim_id)["claim"], "why"]
+    assert untested.loc[claim("s000-401-body")["claim"], "computed"] == "not testable here"  # only TaoToken can say

@@ -259,10 +259,20 @@ def connection_article_checks(wrong_key: str, llama_401: str, vllm_401: dict, vl
                 "s001-api-key-empty",
                 "; ".join(f"{what}: {'served' if ok else 'refused'}" for what, ok in served.items()) or "not testable here",
                 "keys",
+                next((ok for what, ok in served.items() if "'EMPTY'" in what), None),
+                "a vLLM started without --api-key checks no key: EMPTY is served like any other. The placeholder is there "
+                f"for the SDK, which refuses to build a client without a key: {sdk_without_a_key()[:70]}"
+                if served
+                else "needs vLLM (make setup-vllm): section 10's vLLM part did not run",
+            ),
+            row(
+                "s001-401-not-empty",
+                "; ".join(f"{what}: {'served' if ok else 'refused'}" for what, ok in served.items()) or "not testable here",
+                "keys",
                 False if any_key else None,
-                "a vLLM started without --api-key serves any key, so a 401 from it never means 'not EMPTY'; started "
-                f"with one (VLLM_API_KEY), it refuses EMPTY like any wrong key ({json.dumps(vllm_401)}, recorded). The "
-                f"placeholder is there for the SDK: {sdk_without_a_key()[:70]}"
+                "a vLLM started without --api-key served every key here, so a 401 from it never means 'not EMPTY'; "
+                f"started with one (VLLM_API_KEY), it refuses EMPTY like any wrong key ({json.dumps(vllm_401)}, "
+                "recorded): a 401 means the key is not the server's"
                 if any_key
                 else "needs vLLM (make setup-vllm): section 10's vLLM part did not run",
             ),

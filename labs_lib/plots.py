@@ -292,7 +292,8 @@ def tradeoff_figure(table, x: str = "TTFT p99", y: str = "tok/s", colour: str = 
         ax.plot(g[x], g[y], marker="o", lw=1, label=str(name))
     ax.set(xlabel=x, ylabel=y, title=f"{y} against {x}, by {colour}")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
+    if ax.get_legend_handles_labels()[0]:  # nothing measured (every start refused): axes without a legend
+        ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     return fig
 

@@ -230,6 +230,7 @@ def connection_article_checks(wrong_key: str, llama_401: str, vllm_401: dict, vl
     body, holds, why = _taotoken_401(wrong_key)
     served = {o.what[6:]: o.ok for o in vllm_outcomes if "api_key" in o.what}
     any_key = bool(served) and all(served.values())
+    keys_seen = "; ".join(f"{what}: {'served' if ok else 'refused'}" for what, ok in served.items()) or "not testable here"
     sdk_url = "https://taotoken.net/api" + "/chat/completions"
     return pd.DataFrame(
         [
@@ -257,7 +258,7 @@ def connection_article_checks(wrong_key: str, llama_401: str, vllm_401: dict, vl
             ),
             row(
                 "s001-api-key-empty",
-                "; ".join(f"{what}: {'served' if ok else 'refused'}" for what, ok in served.items()) or "not testable here",
+                keys_seen,
                 "keys",
                 next((ok for what, ok in served.items() if "'EMPTY'" in what), None),
                 "a vLLM started without --api-key checks no key: EMPTY is served like any other. The placeholder is there "
@@ -267,7 +268,7 @@ def connection_article_checks(wrong_key: str, llama_401: str, vllm_401: dict, vl
             ),
             row(
                 "s001-401-not-empty",
-                "; ".join(f"{what}: {'served' if ok else 'refused'}" for what, ok in served.items()) or "not testable here",
+                keys_seen,
                 "keys",
                 False if any_key else None,
                 "a vLLM started without --api-key served every key here, so a 401 from it never means 'not EMPTY'; "

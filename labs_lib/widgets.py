@@ -253,12 +253,8 @@ class SweepExplorer(_Explorer):
 
     def update(self) -> int:
         """Redraw for the chosen metrics; returns the number of points drawn."""
-        import pandas as pd
-
         v = self.values()
-        axes = [v["x"], v["y"], v["colour"]]
-        table = self.table if set(axes) <= set(self.table.columns) else pd.DataFrame(columns=axes)
-        shown = table.dropna(subset=[v["x"], v["y"]])
+        shown = self.table.dropna(subset=[v["x"], v["y"]])
         self.figure.value = _png(plots.tradeoff_figure(shown, v["x"], v["y"], v["colour"]))
         self.points = len(shown)
         if not self.points:

@@ -25,6 +25,9 @@ def test_the_gpu_lock_needs_cuda_13_and_an_r550_driver_runs_12_4():
         assert problem and f"driver {version} runs CUDA up to 12.4" in problem and "CUDA 13.0" in problem
         assert "R580" in problem and "\n" not in problem
         assert too_old(driver, (12, 4)) is None and too_old(driver, (12, 1)) is None
+    h200 = parse_nvidia_smi((RECORDED / "driver_580.159.04_h200.txt").read_text())  # the project's device machine
+    assert h200 is not None and (h200.version, h200.cuda) == ("580.159.04", (13, 0))
+    assert too_old(h200, cuda_of_lock(GPU_LOCK.read_text())) is None
 
 
 def test_make_setup_gpu_stops_in_one_line_before_installing_on_an_old_driver(tmp_path):

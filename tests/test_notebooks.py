@@ -28,7 +28,7 @@ from labs_lib import cli, cores, runner
 from labs_lib.engines import EngineConfig
 from labs_lib.engines.llamacpp import LlamaCppEngine
 from labs_lib.engines.vllm import find_vllm
-from labs_lib.paths import cache_dir
+from labs_lib.paths import RESULTS_DIR, cache_dir
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +83,9 @@ def _shows_what_every_run_must(executed: dict, lab: str, outputs: str, as_writte
     assert not [o for o in streams if re.search("\r(?!\n)", "".join(o["text"]))], "a bar's intermediate frames were saved"
     images = [o for c in executed["cells"] for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
     assert images, "every lab draws its figures headless too"
+    if lab == "06":  # the appendix computed the KV and settings verdicts, and read lab 05's record (run just before)
+        assert "computed now" in outputs and "seed 004" in outputs
+        assert "measured in lab 05" in outputs or not (RESULTS_DIR / "articles" / "lab05.json").exists()
     if lab == "02":  # the canary run is a test only if the key was used, and accepted
         assert "taotoken" in outputs and "TaoToken: not measured" not in outputs and "TaoToken: skipped" not in outputs
 
@@ -116,8 +119,8 @@ def test_notebook_runs_headlessly(notebook, tmp_path, canaries, capsys, monkeypa
     if lab05_key:  # the key was used and shown, masked (outputs are JSON text)
         assert json.dumps("gs…" + lab05_key[-4:])[1:-1] in outputs
         if find_vllm():  # seed 001's api_key="EMPTY", judged by what vLLM served and what the SDK refuses
-            assert "a vLLM started without --api-key serves any key, so a 401 from it never means" in outputs
-            assert "The placeholder is there for the SDK: Missing credentials" in outputs
+            assert "a vLLM started without --api-key served every key here, so a 401 from it never means" in outputs
+            assert "The placeholder is there for the SDK, which refuses to build a client without a key" in outputs
 
 
 ON_VLLM = {  # what each lab must show when vLLM (on CPU here) is its engine

@@ -58,6 +58,7 @@ def row(claim_id: str, computed: float | str, unit: str, holds: bool | None, why
     c = claim(claim_id)
     mark = {True: "holds", False: "does not hold", None: "depends"}[holds]
     return {
+        "id": claim_id,
         "claim": c["claim"],
         "source": c["seed"][:3],
         "article": c["value"],

@@ -191,6 +191,15 @@ def lab05(*, ctx_per_request, quick) -> SimpleNamespace:
     )
 
 
+def lab06(*, seeds) -> SimpleNamespace:
+    from .articles import articles
+
+    known = [a["seed"] for a in articles()]
+    if not isinstance(seeds, (list, tuple)) or not seeds or any(s not in known for s in seeds):
+        raise BadInput("seeds", seeds, "allowed: a non-empty list among " + ", ".join(known))
+    return SimpleNamespace(seeds=list(seeds))
+
+
 def check_notebook(lab: str, values: dict[str, object]) -> SimpleNamespace | None:
     """Validate lab `lab` ("01"…"05")'s parameters as its parameters cell will, so the runner can refuse
     a bad value in one line before starting a kernel. None when the lab has no validator."""

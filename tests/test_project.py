@@ -80,7 +80,8 @@ def test_notebooks_committed_clean(path):
     assert all(not c.get("outputs") and c.get("execution_count") is None for c in code), "commit notebooks without outputs"
     tagged = [c for c in code if "parameters" in c.get("metadata", {}).get("tags", [])]
     assert len(tagged) == 1, "exactly one cell tagged 'parameters'"
-    assert "quick" in "".join(tagged[0]["source"])
+    # the appendix starts no engine and has no sizes; every lab has its quick and full sizes
+    assert "quick" in "".join(tagged[0]["source"]) or path.name.startswith("06_")
     # `interactive` only where it turns a widget on (the explorers of labs 01-04; lab 05 has none), and then
     # that widget's class is used in the notebook
     explorers = {"01": "KVExplorer", "02": "LatencyExplorer", "03": "SweepExplorer", "04": "QuantExplorer"}

@@ -1,0 +1,110 @@
+"""The five source articles and every verdict on their claims, gathered for the appendix lab ("The articles, checked").
+
+A teaching lab shows only its own questions (`lesson`: the claims marked "lesson" in data/claims.json, at most three)
+and records its whole table of measured verdicts (`record`: results/articles/labNN.json, with the engine and time).
+The appendix computes afresh what needs no engine and reads the rest from those records (`gathered`)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from functools import cache
+from pathlib import Path
+
+import pandas as pd
+
+from .claims import claims
+from .errors import BadInput
+from .paths import DATA_DIR, RESULTS_DIR
+
+RECORDS_DIR = RESULTS_DIR / "articles"
+LESSON_CLAIMS_MAX = 3  # a teaching lab answers at most this many of the articles' claims itself
+CONCEPTS = {
+    "01": "KV-cache memory",
+    "02": "streaming timing",
+    "03": "vLLM tuning",
+    "04": "quantization",
+    "05": "troubleshooting",
+}
+NOT_MEASURED = "not measured yet"
+
+
+@cache
+def articles() -> tuple[dict, ...]:
+    """Each article: seed ("000"), its first heading as printed, an English rendering, what it argues."""
+    return tuple(json.loads((DATA_DIR / "articles.json").read_text())["articles"])
+
+
+def lesson_ids(lab: str) -> list[str]:
+    """The ids of the claims lab `lab` answers in its own sections (data/claims.json's "lesson": true)."""
+    return [c["id"] for c in claims(lab) if c.get("lesson")]
+
+
+def lesson(checks: pd.DataFrame, lab: str) -> pd.DataFrame:
+    """The rows of `checks` that are lab `lab`'s own questions; the rest are the appendix lab's to show."""
+    mine = checks[checks["id"].isin(lesson_ids(lab))]
+    print(
+        f"{len(mine)} of the {len(checks)} claims judged here are this lab's questions; "
+        "the appendix lab, 06 The articles, checked, shows every one with its evidence."
+    )
+    return mine
+
+
+def record(lab: str, checks: pd.DataFrame, engine: str, folder: Path | None = None) -> Path:
+    """Save lab `lab`'s table of measured verdicts for the appendix: one file per lab, the latest run's."""
+    if lab not in CONCEPTS:
+        raise BadInput("lab", lab, "allowed: " + ", ".join(CONCEPTS))
+    folder = folder or RECORDS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"lab{lab}.json"
+    measured_at = datetime.now(UTC).isoformat(timespec="seconds")
+    rows = json.loads(checks.to_json(orient="records", force_ascii=False))
+    path.write_text(json.dumps({"lab": lab, "engine": engine, "measured_at": measured_at, "rows": rows}, ensure_ascii=False))
+    return path
+
+
+def recorded(folder: Path | None = None) -> dict[str, dict]:
+    """Every recorded verdict by claim id, with where it was measured ("lab 02 on llamacpp, 2026-12-04T15:40")."""
+    found: dict[str, dict] = {}
+    for path in sorted((folder or RECORDS_DIR).glob("lab*.json")):
+        saved = json.loads(path.read_text())
+        where = f"measured in lab {saved['lab']} on {saved['engine']}, {saved['measured_at'][:16].replace('T', ' ')} UTC"
+        found.update({r["id"]: {**r, "judged": where} for r in saved["rows"]})
+    return found
+
+
+def gathered(computed: list[pd.DataFrame], folder: Path | None = None) -> pd.DataFrame:
+    """Every claim of data/claims.json, one row each: its verdict from `computed` (tables judged just now), else from
+    a lab's record, else NOT_MEASURED with the lab that measures it."""
+    now = {r["id"]: {**r, "judged": "computed now"} for table in computed for r in table.to_dict("records")}
+    found = recorded(folder) | now
+    rows = []
+    for c in claims():
+        r = found.get(c["id"]) or {
+            "verdict": NOT_MEASURED,
+            "computed": "",
+            "unit": "",
+            "why": f"lab {c['lab']} measures these: run it, then this appendix again",
+            "judged": "",
+        }
+        rows.append(
+            {
+                "id": c["id"],
+                "seed": c["seed"][:3],
+                "concept": CONCEPTS[c["lab"]],
+                "quote": c["quote"],
+                "claim": c["claim"],
+                "verdict": r["verdict"],
+                "computed": f"{r['computed']} {r['unit']}".strip(),
+                "why": r["why"],
+                "judged": r["judged"],
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def coverage(table: pd.DataFrame) -> pd.DataFrame:
+    """Claims per article by verdict (a gathered table)."""
+    counts = table.pivot_table(index="seed", columns="verdict", values="id", aggfunc="count", fill_value=0)
+    counts["claims"] = counts.sum(axis=1)
+    return counts

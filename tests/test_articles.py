@@ -1,0 +1,56 @@
+"""The appendix's gathering of verdicts (labs_lib/articles.py): each teaching lab answers at most three of the
+articles' claims itself; the appendix takes a verdict computed now over a lab's record, a record over nothing, and
+names the lab that measures what no record holds yet."""
+
+import json
+import re
+
+import pandas as pd
+import pytest
+from conftest import REPO
+
+from labs_lib import articles
+from labs_lib.claims import claims, row
+from labs_lib.errors import BadInput
+
+LABS = ["01", "02", "03", "04", "05"]
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_a_teaching_lab_shows_at_most_three_claims_and_records_the_rest(lab):
+    mine = articles.lesson_ids(lab)
+    assert 1 <= len(mine) <= articles.LESSON_CLAIMS_MAX, mine
+    notebook = json.loads(next((REPO / "notebooks").glob(f"{lab}_*.ipynb")).read_text())
+    source = "".join("".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "code")
+    assert re.search(rf'articles\.lesson\(\w+, "{lab}"\)', source)
+    if lab != "01":  # lab 01's verdicts are computed, and the appendix computes them afresh
+        assert f'articles.record("{lab}", ' in source
+
+
+def test_every_article_is_introduced_and_every_claim_belongs_to_one():
+    seeds = [a["seed"] for a in articles.articles()]
+    assert seeds == sorted({c["seed"][:3] for c in claims()})
+    assert all(a["heading"] and a["english"] and a["argues"] for a in articles.articles())
+
+
+def test_the_appendix_takes_computed_over_recorded_over_nothing(tmp_path, capsys):
+    timing = [c["id"] for c in claims("02")]
+    measured = pd.DataFrame(
+        [row(timing[0], 12, "%", False, "as recorded"), row("s000-llama7b-2048", 9.0, "GiB", False, "a stale record")]
+    )
+    path = articles.record("02", measured, "llamacpp", folder=tmp_path)
+    assert json.loads(path.read_text())["engine"] == "llamacpp"
+    computed_now = pd.DataFrame([row("s000-llama7b-2048", 1.0, "GiB", True, "computed")])
+    table = articles.gathered([computed_now], folder=tmp_path).set_index("id")
+    assert len(table) == len(claims())
+    assert table.loc[timing[0], "verdict"] == "does not hold" and "lab 02 on llamacpp" in table.loc[timing[0], "judged"]
+    assert table.loc["s000-llama7b-2048", "verdict"] == "holds" and table.loc["s000-llama7b-2048", "judged"] == "computed now"
+    waiting = table.loc[timing[1]]
+    assert waiting["verdict"] == articles.NOT_MEASURED and "lab 02" in waiting["why"]
+    shown = articles.lesson(measured, "02")
+    assert set(shown["id"]) <= set(articles.lesson_ids("02")) and "appendix" in capsys.readouterr().out
+
+
+def test_a_record_for_a_lab_that_does_not_exist_is_one_line(tmp_path):
+    with pytest.raises(BadInput, match=r"'07'.*allowed: 01, 02, 03, 04, 05"):
+        articles.record("07", pd.DataFrame(), "llamacpp", folder=tmp_path)

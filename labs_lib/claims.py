@@ -365,10 +365,11 @@ def vllm_claims_table(seed: int = 0) -> pd.DataFrame:
             _util_default_row(),
             row(
                 "s001-hit-rate-in-startup-log",
-                "not at start-up",
+                "not at start-up / in the serving log",
                 "",
-                False,
-                f"vLLM logs 'Prefix cache hit rate: X%' while serving, in its periodic stats line ({VLLM_SOURCE['stats_log']}), "
+                None,
+                "two readings: the lines vLLM prints while it starts hold no hit rate (there is nothing to hit yet); the "
+                f"log of the running server does, in its periodic stats line 'Prefix cache hit rate: X%' ({VLLM_SOURCE['stats_log']}), "
                 "once caching has seen queries; /metrics counts vllm:prefix_cache_queries and _hits (lab 03's prefix_cache grid reads them)",
             ),
             row(
@@ -382,11 +383,13 @@ def vllm_claims_table(seed: int = 0) -> pd.DataFrame:
             ),
             row(
                 "s001-awq-needs-flag",
-                "detected",
+                "needed before vLLM 0.2.2 only",
                 "",
-                False,
-                f"the checkpoint names its method and vLLM reads it ({VLLM_SOURCE['awq_detect']}): the flag changes nothing; "
-                "only a flag that names another method (gptq for an AWQ checkpoint) is refused",
+                None,
+                "depends on the version: vLLM 0.2.0 and 0.2.1 took the method only from --quantization (ModelConfig."
+                "_verify_quantization in their vllm/config.py, PyPI wheels); from 0.2.2 (November 2023) vLLM reads it from "
+                f"the checkpoint, as today ({VLLM_SOURCE['awq_detect']}): the flag changes nothing, and one that names "
+                "another method (gptq for an AWQ checkpoint) is refused",
             ),
             row(
                 "s003-awq-6bit",

@@ -9,6 +9,12 @@ is down (502, the body nginx sends). Modes:
 - "gateway": forward; when the upstream refuses the connection, answer 502 Bad Gateway.
 - "echo_auth": forward; when the upstream answers 401, answer 401 with a body that echoes the
   Authorization header the client sent (gateways that "help" by quoting the credentials they got).
+
+Provenance. The 502 is nginx's own page, byte for byte: `ngx_http_error_502_page` followed by the tail nginx
+writes with `server_tokens off` (`ngx_http_error_tail`), both in nginx's src/http/ngx_http_special_response.c
+(1.17 and later, whose pages dropped `bgcolor="white"`). The echoing 401 is constructed, not recorded: no gateway
+was caught doing it; it stands for any error body that quotes the credential back, which the harness must mask
+wherever it prints a body (tests/test_secrets.py).
 """
 
 from __future__ import annotations

@@ -239,3 +239,40 @@ def test_the_lines_as_tokens_verdict_follows_the_counted_error(error_pct, holds)
 
     nt = pd.DataFrame({"output_tokens_error_%": [0.0, error_pct]}, index=["harness", "seed 002: data lines"])
     assert _chunks_as_tokens_row(nt)["verdict"] == ("holds" if holds else "does not hold")
+
+
+@pytest.mark.parametrize(
+    "cut, holds, said",
+    [
+        (0.50, True, "50%"),
+        (0.72, False, "more than the article says"),
+        (0.30, False, "(less)"),
+        (float("nan"), None, "not measured"),
+    ],
+)
+def test_the_prefix_ttft_verdict_holds_only_inside_the_articles_range(cut, holds, said):
+    """Seed 003 says 40%-60%: a cut above the range does not hold any more than one below it."""
+    from labs_lib.sweep_views import prefix_ttft_row
+
+    judged = prefix_ttft_row(cut)
+    assert judged["verdict"] == {True: "holds", False: "does not hold", None: "depends"}[holds]
+    assert said in str(judged["computed"]) and "40%-60%" in judged["why"]
+
+
+@pytest.mark.parametrize(
+    "held, tpot_q8_ms, holds",
+    [(0.40, 9.0, True), (0.42, 10.5, False), (0.30, 9.0, False), (0.50, 9.0, False)],
+)
+def test_the_int8_verdict_needs_the_memory_near_40_percent_and_a_lower_tpot(held, tpot_q8_ms, holds):
+    from labs_lib.quant_compare import int8_row
+
+    judged = int8_row(held, 0.47, 10.0, tpot_q8_ms)
+    assert (judged["verdict"] == "holds") is holds, judged
+    assert ("within" in judged["why"]) is (0.36 < held < 0.45) and ("TPOT lower:" in judged["why"]) is (tpot_q8_ms < 10.0)
+
+
+def test_the_awq_flag_and_the_startup_log_are_judged_under_both_readings():
+    table = vllm_claims_table().set_index("id")
+    awq, log = table.loc["s001-awq-needs-flag"], table.loc["s001-hit-rate-in-startup-log"]
+    assert awq["verdict"] == "depends" and "0.2.2" in awq["why"] and "0.2.1" in awq["why"]
+    assert log["verdict"] == "depends" and "while it starts" in log["why"] and "Prefix cache hit rate" in log["why"]

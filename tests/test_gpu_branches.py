@@ -342,5 +342,9 @@ def test_on_a_gpu_lab03_sets_ttft_beside_the_pool_it_gave_vllm():
             "metrics.vllm:num_preemptions_total": [40.0, 12.0, 2.0, 0.0],
         }
     )
-    overflow, text, holds = _pool_findings(rows, "vllm")
+    overflow, swaps, text, holds = _pool_findings(rows, "vllm")
     assert "preempted 40 times" in overflow and "900 ms with 0.25 GiB -> 120 ms with 4.0 GiB" in text and holds is True
+    assert swaps is False  # it overflowed, and vLLM preempted: the article's swap did not happen
+    calm = rows.assign(**{"metrics.vllm:num_preemptions_total": [0.0] * 4})
+    overflow, swaps, _, _ = _pool_findings(calm, "vllm")
+    assert swaps is None and "never overflowed" in overflow  # no overflow seen: nothing to judge

@@ -121,6 +121,7 @@ def test_notebook_runs_headlessly(notebook, tmp_path, canaries, capsys, monkeypa
         if find_vllm():  # seed 001's api_key="EMPTY", judged by what vLLM served and what the SDK refuses
             assert "a vLLM started without --api-key served every key here, so a 401 from it never means" in outputs
             assert "The placeholder is there for the SDK, which refuses to build a client without a key" in outputs
+            assert "measured: HTTP 404" in outputs  # the vLLM column of section 10's comparison, from vLLM itself
 
 
 ON_VLLM = {  # what each lab must show when vLLM (on CPU here) is its engine

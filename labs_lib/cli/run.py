@@ -19,6 +19,7 @@ def add_parser(sub) -> None:
         help="run the build-it cells and exercises as the notebooks hold them (default, as CI does: the library's reference in each "
         "build-it cell, and every exercise and design task shows its answer)",
     )
+    p.add_argument("--html", action="store_true", help="also render the executed notebooks as static HTML, with an index page")
     p.set_defaults(func=run)
 
 
@@ -46,4 +47,8 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"{len(results) - len(failed)}/{len(results)} notebooks ok in {total:.1f} s; executed copies in {results[0].output.parent}"
     )
+    if args.html:
+        from ..html_report import render
+
+        print(f"readable without running: {render(results[0].output.parent)}")
     return 1 if failed else 0

@@ -2,6 +2,7 @@
 
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -560,3 +561,35 @@ def test_every_package_of_labs_lib_ships_in_the_wheel():
     listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     found = {".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "labs_lib").rglob("__init__.py")}
     assert found - listed == set(), f"add to [tool.setuptools] packages in pyproject.toml: {sorted(found - listed)}"
+
+
+README_MAX_LINES = 150  # what a newcomer takes in at a glance; the rest is linked
+
+
+def _readme_commands() -> list[str]:
+    blocks = re.findall(r"```bash\n(.*?)```", (REPO / "README.md").read_text(), re.S)
+    return [line.split("  #")[0].strip() for block in blocks for line in block.splitlines() if line.strip()]
+
+
+def test_readme_fits_a_glance_and_each_of_its_commands_exists():
+    """At most README_MAX_LINES; each `make` target it names is in the Makefile, each `labs` command parses with
+    the CLI's own parser (what they do is tested where they run: make test runs the suite, the runner the labs,
+    test_notebooks the documented parameter, test_workshop_guide the doctor), and the conda lines are the
+    environment the conda tests check."""
+    from labs_lib.cli import build_parser
+
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.splitlines()) <= README_MAX_LINES
+    assert not re.search(r"measured 20\d\d|\(20\d\d-\d\d-\d\d", readme), "dated figures belong in docs/performance.md"
+    targets = set(re.findall(r"^([\w-]+):", (REPO / "Makefile").read_text(), re.M))
+    commands = _readme_commands()
+    assert {"make run", "make test"} <= set(commands)
+    for command in commands:
+        words = shlex.split(command.split("&&")[0])
+        if words[0] == "make":
+            assert words[1] in targets, command
+        elif words[0].endswith("labs"):
+            build_parser().parse_args(words[1:])
+        else:  # the conda path: environment.yml (test_environment_yml_*), the project, the kernel the labs name
+            assert words[0] in ("conda", "pip", "python"), command
+            assert "environment.yml" in command or "--no-deps -e ." in command or KERNEL_NAME in command

@@ -83,25 +83,10 @@ _misses: dict[str, int] = {}  # per exercise label, in this kernel
 _predictions: dict[str, object] = {}  # per exercise label: what was written before the run
 
 
-def record_predictions(predictions: dict[str, object]) -> None:
-    """The lab's "Predict first" cell: what the participant expects before running anything, by exercise label,
-    each a value or (value, "why"): the reason is what the comparison teaches from. check_exercise compares each
-    with the measurement once that exercise is answered, and repeats the reason beside it."""
-    _predictions.clear()
-    _predictions.update({str(k): v for k, v in predictions.items()})
-    given = {k: v for k, v in _predictions.items() if v is not None}
-    without = sorted(k for k, v in given.items() if not (isinstance(v, tuple) and len(v) == 2 and str(v[1]).strip()))
-    if not given:
-        print('No predictions yet: write each as (value, "why") before running the lab.')
-    elif without:
-        print(f'Predictions {", ".join(without)} have no reason: write (value, "why"); the why is what the run will test.')
-    else:
-        print(f"{len(given)} prediction(s) recorded, each with its reason.")
-
-
 def predict(label: str, prediction: object) -> None:
     """A section's prediction cell, written where its question is asked and before it runs: a value or
-    (value, "why"). `takeaway` sets it beside what the section then measures."""
+    (value, "why"). `takeaway` sets it beside what the section then measures; an exercise's (label "1", "2" …) is
+    set beside its answer by `check_exercise`."""
     _predictions[str(label)] = prediction
     if prediction is None:
         print('No prediction yet: write (value, "why") and run this cell before the section runs.')
@@ -153,7 +138,7 @@ def check_exercise(
     Hints come before answers: a first miss shows the hint only, a second the hint again, and the expected value
     is shown after two misses in this kernel or when the answer is "show".
 
-    `prediction` (by default the one record_predictions holds for this label) is what the participant wrote
+    `prediction` (by default the one `predict` recorded for this label in its section) is what the participant wrote
     before running the lab; once the exercise is answered correctly (or shown), a second line compares it with
     the measurement."""
     hint = f" Hint: {hint}" if hint else ""

@@ -50,18 +50,17 @@ class StudyTime:
 
 def study_time(notebook: Path) -> StudyTime:
     """A notebook's StudyTime: the words of its markdown and code cells (the participant reads both), its build-it
-    cells, its exercises (`answer_… = None` lines), design tasks (`design… = None`) and predictions (each label of
-    the first cell's record_predictions, and each `lab.predict(` of a section)."""
+    cells, its exercises (`answer_… = None` lines), design tasks (`design… = None`) and predictions (each `lab.predict(` of a
+    section)."""
     cells = json.loads(Path(notebook).read_text())["cells"]
     sources = ["".join(c["source"]) for c in cells]
     code = "\n".join(s for c, s in zip(cells, sources, strict=True) if c["cell_type"] == "code")
-    upfront = re.search(r"record_predictions\(\{([^}]*)\}", code)
     return StudyTime(
         words=sum(len(re.findall(r"[\w'’]+", s)) for s in sources),
         build_its=sum(BUILD_IT_TAG in c["metadata"].get("tags", []) for c in cells),
         exercises=len(re.findall(r"^answer_\w+ = None", code, re.MULTILINE)),
         design_tasks=len(re.findall(r"^design\w* = None", code, re.MULTILINE)),
-        predictions=code.count("lab.predict(") + (len(re.findall(r'"\w+":', upfront.group(1))) if upfront else 0),
+        predictions=code.count("lab.predict("),
     )
 
 

@@ -57,18 +57,18 @@ def test_the_prediction_written_before_the_run_is_compared_once_answered(capsys)
     assert "was right" in capsys.readouterr().out
     assert lab.check_exercise("p3", 1.02, (1.01, 1.05)) is True
     assert "No prediction written before the run" in capsys.readouterr().out
-    lab.record_predictions({"p4": 1.2})  # the lab's Predict first cell
-    assert "p4 have no reason" in capsys.readouterr().out
+    lab.predict("p4", 1.2)  # the prediction cell of the exercise's section
+    assert "without a reason" in capsys.readouterr().out
     assert lab.check_exercise("p4", 1.02, (1.01, 1.05)) is True
     assert "Your prediction before the run was 1.2; the run says anything in [1.01, 1.05]" in capsys.readouterr().out
-    lab.record_predictions({"p5": (4e9, "70B has 80 layers of 8 KV heads")})  # with its reason
-    assert "1 prediction(s) recorded, each with its reason" in capsys.readouterr().out
+    lab.predict("p5", (4e9, "70B has 80 layers of 8 KV heads"))  # with its reason
+    assert "Prediction recorded, with its reason" in capsys.readouterr().out
     assert lab.check_exercise("p5", 5.0e9, 5.0e9) is True
     out = capsys.readouterr().out
     assert "Your prediction before the run was 4e+09: 0.80x the measured 5e+09" in out
     assert "Your reason then: '70B has 80 layers of 8 KV heads'" in out
-    lab.record_predictions({})
-    assert "No predictions yet" in capsys.readouterr().out
+    lab.predict("p6", None)
+    assert "No prediction yet" in capsys.readouterr().out
 
 
 def test_a_reference_run_asks_every_unanswered_exercise_and_design_task_for_its_answer():

@@ -124,8 +124,46 @@ def gathered_at_once(name: str) -> bool:
     return "asyncio.gather(*tasks)" in text and not re.search(r"Semaphore|Queue\(", text)
 
 
+def printed_labels(name: str) -> list[str]:
+    """The labels the script data/article_code/<name> prints: the text of each f-string of a print() before its first
+    placeholder."""
+    tree = ast.parse((CODE_DIR / name).read_text())
+    labels = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "print" and node.args:
+            first = node.args[0]
+            if isinstance(first, ast.JoinedStr) and first.values and isinstance(first.values[0], ast.Constant):
+                labels.append(str(first.values[0].value).rstrip(": "))
+    return labels
+
+
+def counts_tokens(name: str) -> bool:
+    """Whether the script reads a token count anywhere: `usage`, or a counter it adds to as chunks arrive."""
+    text = (CODE_DIR / name).read_text()
+    tree = ast.parse(text)
+    return "usage" in text or any(isinstance(n, ast.AugAssign) for n in ast.walk(tree))
+
+
+def _bench_row() -> dict:
+    from .claims import row
+
+    labels = printed_labels("seed001_bench.txt")
+    counted = counts_tokens("seed001_bench.txt")
+    return row(
+        "s001-bench-throughput",
+        "prints " + ", ".join(labels),
+        "",
+        counted,
+        "read as printed: it counts no token (no usage, no counter; its content check is a `pass`), so it can give "
+        "TTFT and total latency but no throughput, which the article's success test then asks to triple"
+        if not counted
+        else "read as printed: it counts tokens, so throughput can be computed",
+    )
+
+
 def article_code_table() -> pd.DataFrame:
-    """Seed 003's printed code judged as written: its launcher run in the installed vLLM, its load script read."""
+    """The articles' printed code judged as written: seed 003's launcher run in the installed vLLM, its load script
+    read, and seed 001's benchmark read."""
     from .claims import row
 
     ran = launcher_runs()
@@ -163,4 +201,4 @@ def article_code_table() -> pd.DataFrame:
         "asyncio.gather at once, and aiohttp's default connector opens at most 100 connections, so up to 100 are in "
         "flight (the rest wait for a connection, a wait its TTFT counts); an asyncio.Semaphore(CONCURRENCY) would apply it",
     )
-    return pd.DataFrame([launcher, concurrency])
+    return pd.DataFrame([launcher, concurrency, _bench_row()])

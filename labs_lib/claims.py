@@ -692,7 +692,24 @@ def _counting_rows(
             "small where the role chunk and the first token arrive together (llama.cpp and vLLM 0.32, measured), large where a gateway sends the role chunk early",
         ),
         _chunks_as_tokens_row(nt),
+        _seed004_timer_row(nt),
     ]
+
+
+def _seed004_timer_row(nt: pd.DataFrame) -> dict:
+    """Seed 004's requests script, replayed on this run's stream: its TPOT counts every non-empty line (the role and
+    finish chunks and [DONE] too); it holds if its TTFT and decode speed land within TOLERANCE of the harness's."""
+    method = "seed 004: lines, TPOT"
+    ttft_off, speed_off = (nt.loc[method, f"{m}_error_%"] for m in ("ttft_ms", "decode_tokens_per_s"))
+    measured = ttft_off == ttft_off and speed_off == speed_off
+    return row(
+        "s004-timer-tpot",
+        f"TTFT {ttft_off:+.0f}%, decode speed {speed_off:+.0f}%" if measured else "not measured",
+        "error against the harness",
+        bool(abs(ttft_off) <= 100 * TOLERANCE and abs(speed_off) <= 100 * TOLERANCE) if measured else None,
+        "it counts the role chunk, the finish chunk and [DONE] as tokens, so its TPOT is off by a few lines in the "
+        "reply's length: close for long replies, far for short ones; usage.completion_tokens is the count to divide by",
+    )
 
 
 def _unstreamed_row(nt: pd.DataFrame, e2e_ms: float) -> dict:

@@ -47,3 +47,20 @@ def test_an_attempt_that_never_ends_is_a_launcher_that_started():
     lines = ['{"removed": null}', '{"error": "TypeError: no swap_space"}', '{"removed": "swap_space=16,"}', "INFO noise"]
     runs = article_code._attempts("\n".join(lines))
     assert [(r.removed, r.error) for r in runs] == [(None, "TypeError: no swap_space"), ("swap_space=16,", None)]
+
+
+def test_seed_001s_bench_is_the_articles_own_and_counts_no_token():
+    """The script as printed (line breaks and indentation put back, every other character the seed's), read: it prints
+    TTFT and total latency, and counts nothing a throughput needs."""
+    import re
+
+    from labs_lib.article_code import CODE_DIR, _bench_row, counts_tokens, printed_labels
+
+    seed = REPO.parent / "shared" / "seeds" / "001_db7333d266339ee5.txt"
+    if seed.exists():
+        printed = next(line for line in seed.read_text().splitlines() if "def bench(" in line)
+        assert re.sub(r"\s+", "", printed) == re.sub(r"\s+", "", (CODE_DIR / "seed001_bench.txt").read_text())
+    assert printed_labels("seed001_bench.txt") == ["TTFT 均值", "TTFT P50", "总延迟均值"]
+    assert counts_tokens("seed001_bench.txt") is False and counts_tokens("seed003_load.txt") is True
+    judged = _bench_row()
+    assert judged["verdict"] == "does not hold" and "no throughput" in judged["why"]

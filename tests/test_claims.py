@@ -276,3 +276,17 @@ def test_the_awq_flag_and_the_startup_log_are_judged_under_both_readings():
     awq, log = table.loc["s001-awq-needs-flag"], table.loc["s001-hit-rate-in-startup-log"]
     assert awq["verdict"] == "depends" and "0.2.2" in awq["why"] and "0.2.1" in awq["why"]
     assert log["verdict"] == "depends" and "while it starts" in log["why"] and "Prefix cache hit rate" in log["why"]
+
+
+@pytest.mark.parametrize(
+    "ttft_off, speed_off, holds", [(0.0, 9.6, True), (0.0, 25.0, False), (-12.0, 3.0, False), (float("nan"), 1.0, None)]
+)
+def test_seed_004s_timer_holds_only_where_both_its_figures_land_near_the_harness(ttft_off, speed_off, holds):
+    import pandas as pd
+
+    from labs_lib.claims import _seed004_timer_row
+
+    nt = pd.DataFrame(
+        {"ttft_ms_error_%": [ttft_off], "decode_tokens_per_s_error_%": [speed_off]}, index=["seed 004: lines, TPOT"]
+    )
+    assert _seed004_timer_row(nt)["verdict"] == {True: "holds", False: "does not hold", None: "depends"}[holds]

@@ -27,8 +27,9 @@ def chunk(content=None, role=None, finish=None) -> str:
 
 USAGE = "data: " + json.dumps({"choices": [], "usage": {"prompt_tokens": 20, "completion_tokens": 4, "total_tokens": 24}})
 
-# Constructed in the shape of a vLLM stream: the role-only chunk arrives at once (before prefill).
-VLLM_SHAPED = [
+# Constructed: a server that sends its role-only chunk at once, before prefill, as a gateway may (seed 000 warns of
+# it). vLLM and llama.cpp do not: they send the role with the first token (the recordings REAL and REAL_VLLM).
+ROLE_EARLY = [
     (0.005, chunk(role="assistant")),
     (0.300, chunk("Hello")),
     (0.320, chunk(" there")),
@@ -48,21 +49,21 @@ def feed(trace, **kw) -> RequestRecord:
 
 
 def test_ttft_ignores_the_role_only_chunk():
-    rec = feed(VLLM_SHAPED)
+    rec = feed(ROLE_EARLY)
     assert rec.ttft_ms == pytest.approx(300.0)
     # vLLM's benchmark client's TTFT, recorded beside: the role-only chunk ends it; the usage chunk (choices [])
     # never does
     assert rec.ttft_first_choice_ms == pytest.approx(5.0)
-    assert feed(VLLM_SHAPED[1:]).ttft_first_choice_ms == pytest.approx(300.0)
+    assert feed(ROLE_EARLY[1:]).ttft_first_choice_ms == pytest.approx(300.0)
     assert feed([(0.1, USAGE), (0.2, "data: [DONE]")]).ttft_first_choice_ms is None
-    assert naive.seed001_first_chunk(VLLM_SHAPED, 0.363)["ttft_ms"] == pytest.approx(5.0)  # the article's way
+    assert naive.seed001_first_chunk(ROLE_EARLY, 0.363)["ttft_ms"] == pytest.approx(5.0)  # the article's way
 
 
 def test_vllm_clients_itl_counts_every_chunk_with_choices():
     """vllm bench serve's ITL (vllm/benchmarks/lib/endpoint_request_func.py): a gap between every two chunks whose
     `choices` is non-empty, the role chunk and the text-less finish chunk included; the usage chunk (choices []) is
     not one. The harness's ITL keeps only the gaps between chunks with text."""
-    rec = feed(VLLM_SHAPED)
+    rec = feed(ROLE_EARLY)
     assert rec.itl_ms == pytest.approx([20, 20, 20])
     assert rec.itl_choice_chunks_ms == pytest.approx([295, 20, 20, 20, 1])
     assert feed([(0.1, USAGE), (0.2, "data: [DONE]")]).itl_choice_chunks_ms == []
@@ -76,7 +77,7 @@ def test_vllm_clients_itl_counts_every_chunk_with_choices():
 
 
 def test_definitions_on_a_constructed_stream():
-    rec = feed(VLLM_SHAPED)
+    rec = feed(ROLE_EARLY)
     assert rec.e2e_ms == pytest.approx(360.0)  # last token-bearing chunk, not the usage chunk
     assert rec.output_tokens == 4 and not rec.tokens_estimated
     assert rec.tpot_ms == pytest.approx((360 - 300) / 3)
@@ -98,13 +99,13 @@ def test_multi_token_chunks_separate_itl_from_tpot():
 
 
 def test_no_usage_means_counted_chunks_marked_estimated():
-    trace = [t for t in VLLM_SHAPED if "usage" not in t[1]]
+    trace = [t for t in ROLE_EARLY if "usage" not in t[1]]
     rec = feed(trace)
     assert rec.tokens_estimated and rec.output_tokens == 4
 
 
 def test_cut_stream_and_error_chunks_are_recorded_failures():
-    cut = feed(VLLM_SHAPED[:3])
+    cut = feed(ROLE_EARLY[:3])
     assert not cut.ok and "before [DONE]" in cut.error and "usage" in cut.error
     err = feed([(0.1, 'data: {"error": {"message": "boom"}}'), (0.2, "data: [DONE]")])
     assert not err.ok and "boom" in err.error
@@ -173,7 +174,7 @@ def test_seed003_unstreamed_times_the_whole_body():
 
 def test_network_reads_split_anywhere_give_the_same_record():
     """feed_bytes: lines cut across reads, CRLF endings, a last line without its newline."""
-    body = "".join(line + "\r\n\r\n" for _, line in VLLM_SHAPED).encode()
+    body = "".join(line + "\r\n\r\n" for _, line in ROLE_EARLY).encode()
     whole = StreamTimer()
     whole.feed_bytes(body, 0.5)
     expected = whole.finish()
@@ -190,8 +191,8 @@ def test_network_reads_split_anywhere_give_the_same_record():
 
 def test_one_clock_reading_per_network_read():
     timer = StreamTimer()
-    timer.feed_bytes(("\n\n".join(line for _, line in VLLM_SHAPED[1:4]) + "\n\n").encode(), 0.3)
-    timer.feed_bytes(("\n\n".join(line for _, line in VLLM_SHAPED[4:]) + "\n\n").encode(), 0.36)
+    timer.feed_bytes(("\n\n".join(line for _, line in ROLE_EARLY[1:4]) + "\n\n").encode(), 0.3)
+    timer.feed_bytes(("\n\n".join(line for _, line in ROLE_EARLY[4:]) + "\n\n").encode(), 0.36)
     rec = timer.finish()
     assert rec.itl_ms == pytest.approx([0, 0, 60]) and rec.ttft_ms == pytest.approx(300)
 

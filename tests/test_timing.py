@@ -13,6 +13,7 @@ from labs_lib.load import SLO, summarize
 from labs_lib.timing import RequestRecord, RequestSpec, StreamTimer, metrics_from_times
 
 REAL = json.loads((FIXTURES / "streams" / "llamacpp_chat.json").read_text())
+REAL_VLLM = json.loads((FIXTURES / "streams" / "vllm_chat_0.32.0.json").read_text())  # tools/record_stream.py
 
 
 def chunk(content=None, role=None, finish=None) -> str:
@@ -117,6 +118,19 @@ def test_a_real_llamacpp_stream():
     first_content = next(t for t, line in REAL["trace"] if '"content":"' in line and '"content":""' not in line)
     assert rec.ttft_ms == pytest.approx(first_content * 1000)
     assert rec.server_prompt_ms is not None and rec.server_decode_tokens == 12
+
+
+def test_a_real_vllm_stream_sends_its_role_with_the_first_token():
+    """vLLM 0.32's stream, recorded: the role chunk comes after prefill, with the first token, so TTFT at the first
+    chunk (vLLM's client, seed 001) and at the first content (the harness) agree to the millisecond here; ROLE_EARLY
+    above is the case where they do not."""
+    rec = feed(REAL_VLLM["trace"])
+    assert rec.ok and rec.output_tokens == 12 and not rec.tokens_estimated and rec.finish_reason == "length"
+    role_s = next(t for t, line in REAL_VLLM["trace"] if '"role":"assistant"' in line)
+    first_content_s = next(t for t, line in REAL_VLLM["trace"] if '"content":"' in line and '"content":""' not in line)
+    assert 0 <= first_content_s - role_s < 0.005 and rec.ttft_ms == pytest.approx(first_content_s * 1000)
+    assert rec.ttft_first_choice_ms == pytest.approx(rec.ttft_ms, abs=5.0)
+    assert len(rec.itl_ms) == 11 and rec.tpot_ms == pytest.approx((rec.e2e_ms - rec.ttft_ms) / 11)
 
 
 def test_metrics_from_times_edge_cases():

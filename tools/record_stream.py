@@ -32,7 +32,7 @@ def main() -> int:
         endpoint = endpoint_for(engine)
         measure(endpoint, RequestSpec("Say hello.", 4))  # warm: the recorded request is not the first
         record, timer = measure(endpoint, RequestSpec("Write one short sentence about the sea.", 12), keep_trace=True)
-        described = engine.install.describe() if hasattr(engine, "install") else args.engine
+        described = engine.install.describe().split(" from ")[0] if hasattr(engine, "install") else args.engine
     when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
     args.out.write_text(
         json.dumps(

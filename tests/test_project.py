@@ -581,13 +581,22 @@ def test_readme_fits_a_glance_and_each_of_its_commands_exists():
     readme = (REPO / "README.md").read_text()
     assert len(readme.splitlines()) <= README_MAX_LINES
     assert not re.search(r"measured 20\d\d|\(20\d\d-\d\d-\d\d", readme), "dated figures belong in docs/performance.md"
-    targets = set(re.findall(r"^([\w-]+):", (REPO / "Makefile").read_text(), re.M))
+    makefile = (REPO / "Makefile").read_text()
+    targets = set(re.findall(r"^([\w-]+):", makefile, re.M))
     commands = _readme_commands()
     assert {"make run", "make test"} <= set(commands)
     for command in commands:
         words = shlex.split(command.split("&&")[0])
         if words[0] == "make":
             assert words[1] in targets, command
+            recipe = re.search(rf"^{words[1]}:.*\n((?:\t.*\n)*)", makefile, re.M).group(1)
+            if "$(MAKE)" in recipe:  # make -n would run that line for real (GNU make runs recursive lines)
+                continue
+            # what make would run (-n: nothing is executed), its ARGS passed through to the runner
+            planned = subprocess.run(["make", "-n", *words[1:]], cwd=REPO, capture_output=True, text=True, timeout=60)
+            assert planned.returncode == 0, (command, planned.stderr)
+            if "ARGS=" in command:
+                assert command.split("ARGS=", 1)[1].strip('"') in planned.stdout, command
         elif words[0].endswith("labs"):
             build_parser().parse_args(words[1:])
         else:  # the conda path: environment.yml (test_environment_yml_*), the project, the kernel the labs name

@@ -290,3 +290,12 @@ def test_seed_004s_timer_holds_only_where_both_its_figures_land_near_the_harness
         {"ttft_ms_error_%": [ttft_off], "decode_tokens_per_s_error_%": [speed_off]}, index=["seed 004: lines, TPOT"]
     )
     assert _seed004_timer_row(nt)["verdict"] == {True: "holds", False: "does not hold", None: "depends"}[holds]
+
+
+@pytest.mark.parametrize("spread, holds", [(0.03, None), (0.10, None), (0.20, False)])
+def test_the_level_tps_verdict_follows_the_measured_spread(spread, holds):
+    """Seed 000's "TPS stays level": TPOT moving with max_tokens does not hold; level here still depends, since each
+    decode step reads the whole cache and TPOT grows with the context."""
+    from labs_lib.claims import tps_flat_verdict
+
+    assert tps_flat_verdict(spread) is holds

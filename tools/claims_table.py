@@ -13,13 +13,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs" / "claims.md"
-LABS = {
-    "01": "lab 01 (KV-cache memory), computed",
-    "02": "lab 02 (streaming timing), measured",
-    "03": "lab 03 (tuning sweeps), measured",
-    "04": "lab 04 (quantization), measured or computed",
-    "05": "lab 05 (troubleshooting), reproduced",
-}
+# how each lab judges its claims; the concept's name is the appendix's (labs_lib.articles.CONCEPTS)
+HOW = {"01": "computed", "02": "measured", "03": "measured", "04": "measured or computed", "05": "reproduced"}
 
 
 def _cell(text: object) -> str:
@@ -28,6 +23,7 @@ def _cell(text: object) -> str:
 
 def expected() -> str:
     sys.path.insert(0, str(ROOT))
+    from labs_lib.articles import CONCEPTS
     from labs_lib.claims import claims, kv_claims_table, vllm_claims_table
 
     computed = {r["claim"]: r for table in (kv_claims_table(), vllm_claims_table()) for r in table.to_dict("records")}
@@ -55,7 +51,8 @@ def expected() -> str:
     for c in claims():
         r = computed.get(c["claim"])
         verdict = f"{r['verdict']}: {r['computed']} {r['unit']} — {r['why']}" if r else "measured in the run"
-        judged = LABS[c["lab"]] if not r or c["lab"] == "01" else f"lab {c['lab']}, computed from vLLM's code and the planner"
+        lab = f"lab {c['lab']} ({CONCEPTS[c['lab']]}), {HOW[c['lab']]}"
+        judged = lab if not r or c["lab"] == "01" else f"lab {c['lab']}, computed from vLLM's code and the planner"
         judged += " (lesson)" if c.get("lesson") else ""
         lines.append(
             f"| `{c['id']}` | {c['seed'][:3]} | {_cell(c['quote'])} | {_cell(c['claim'])} | {judged} | {_cell(verdict)} |"

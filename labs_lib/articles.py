@@ -22,9 +22,10 @@ LESSON_CLAIMS_MAX = 3  # a teaching lab answers at most this many of the article
 CONCEPTS = {
     "01": "KV-cache memory",
     "02": "streaming timing",
-    "03": "vLLM tuning",
-    "04": "quantization",
-    "05": "troubleshooting",
+    "03": "load testing",
+    "04": "vLLM tuning",
+    "05": "quantization",
+    "06": "troubleshooting",
 }
 NOT_MEASURED = "not measured yet"
 

@@ -31,7 +31,7 @@ def _claims() -> tuple[dict, ...]:
 
 
 def claims(lab: str | None = None) -> list[dict]:
-    """All claims, or those lab `lab` ("01".."05") checks."""
+    """All claims, or those lab `lab` ("01".."06") checks."""
     return [c for c in _claims() if lab is None or c["lab"] == lab]
 
 
@@ -370,7 +370,7 @@ def vllm_claims_table(seed: int = 0) -> pd.DataFrame:
                 None,
                 "two readings: the lines vLLM prints while it starts hold no hit rate (there is nothing to hit yet); the "
                 f"log of the running server does, in its periodic stats line 'Prefix cache hit rate: X%' ({VLLM_SOURCE['stats_log']}), "
-                "once caching has seen queries; /metrics counts vllm:prefix_cache_queries and _hits (lab 03's prefix_cache grid reads them)",
+                "once caching has seen queries; /metrics counts vllm:prefix_cache_queries and _hits (lab 04's prefix_cache grid reads them)",
             ),
             row(
                 "s001-prefix-cache-takes-memory",
@@ -378,7 +378,7 @@ def vllm_claims_table(seed: int = 0) -> pd.DataFrame:
                 "",
                 False,
                 "vLLM sizes the KV pool at start-up, before any request, with caching on or off; a cached prefix is "
-                f"blocks of that pool kept after their request ends ({VLLM_SOURCE['block_pool']}). Lab 03's prefix_cache "
+                f"blocks of that pool kept after their request ends ({VLLM_SOURCE['block_pool']}). Lab 04's prefix_cache "
                 "grid logs the same KV tokens both ways",
             ),
             row(
@@ -572,7 +572,7 @@ def _util_tpot_row() -> dict:
         None,
         "the fraction sizes the KV pool, not the work per token: one 4K request decodes at the same TPOT at any fraction "
         "that lets vLLM start (Llama-3.1-8B on an L4, planner). TPOT moves only when the pool is too small for the batch "
-        "and vLLM preempts: lab 03's kv_pool grid measures that",
+        "and vLLM preempts: lab 04's kv_pool grid measures that",
     )
 
 

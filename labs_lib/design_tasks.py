@@ -127,7 +127,7 @@ def _kv_quality() -> dict:
 
 def kv_dtype_costs() -> pd.DataFrame:
     """What each KV cache dtype costs in quality, measured: KL divergence from the same engine's 16-bit cache
-    (nats/token) with its 95% interval, by engine and dtype (data/kv_quality.json: lab 04's quick runs on the labs'
+    (nats/token) with its 95% interval, by engine and dtype (data/kv_quality.json: lab 05's quick runs on the labs'
     Gemma 3 270M, with their provenance). The 16-bit caches cost nothing by definition: they are the reference."""
     data = _kv_quality()
     rows = [{**row, "kl": 0.0, "kl_ci_low": 0.0, "kl_ci_high": 0.0} for row in data["references"]] + data["rows"]
@@ -248,7 +248,7 @@ def check_capacity_design(
 
 
 def check_client_design(design: dict | str | None, *, hint: str = "", timeout_s: float = 60.0) -> bool | None:
-    """Lab 05's design task: a client configuration {"base_url", "api_key_env", "model"} that the doctor passes
+    """Lab 06's design task: a client configuration {"base_url", "api_key_env", "model"} that the doctor passes
     (no check fails or warns). The key itself is named by its environment variable, never written in the design.
     timeout_s: per request, longer than the doctor's own 15 s: the task grades a configuration, not the machine's
     speed, and a busy 2-core machine took longer than 15 s to answer the completion check."""

@@ -1,4 +1,4 @@
-"""Lab 02's measurements as functions: the naive snippets vs the harness, sweeps over prompt
+"""Labs 02 and 03's measurements as functions: the naive snippets vs the harness, sweeps over prompt
 length, max_tokens and concurrency. Each returns a DataFrame."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from . import naive
 from .endpoints import Endpoint
 from .engines.metrics import delta, scrape, token_counts
 from .lengths import length_distribution, trace_requests
-from .load import ClosedLoop, LoadResult, closed_loop, percentile_ms, run_load
+from .load import Arrivals, ClosedLoop, LoadResult, arrival_times_s, closed_loop, percentile_ms, run_load
 from .prompts import PromptFactory
 from .sse import split_lines
 from .timing import TIMEOUT_S, TRANSPORT_ERRORS, RequestRecord, RequestSpec, StreamTimer, measure
@@ -370,14 +370,15 @@ async def rate_sweep(
     max_tokens: int,
     seed: int = 0,
     extra: dict | None = None,
+    arrivals: Arrivals = arrival_times_s,
 ) -> pd.DataFrame:
-    """Open loop: requests arrive at each `rate` (per second, Poisson: exponential gaps, seeded), whether or not the
-    server keeps up. Below its capacity TTFT stays flat; above it the queue, and TTFT with it, grows for as long as
+    """Open loop: requests arrive at each `rate` (per second, Poisson: exponential gaps, seeded, drawn by
+    `arrivals`), whether or not the server keeps up. Below its capacity TTFT stays flat; above it the queue, and TTFT with it, grows for as long as
     the run lasts. (A closed loop cannot show this: it waits for the server before sending more.)"""
     rows = []
     for rate in rates:
         specs = [RequestSpec(p, max_tokens, ignore_eos=True, extra=extra or {}) for p in factory.prompts(requests, prompt_tokens)]
-        run = await run_load(endpoint, specs, rate=rate, seed=seed, progress=False)
+        run = await run_load(endpoint, specs, rate=rate, seed=seed, progress=False, arrivals=arrivals)
         s = run.summary
         rows.append(
             {

@@ -298,7 +298,7 @@ class CapacityPlan:
 
 def vllm_batch_defaults(device_memory_bytes: int, device_name: str = "", *, on_cpu: bool = False, world_size: int = 1) -> dict:
     """vLLM's defaults for `vllm serve` (the OpenAI API server) when max_num_batched_tokens and max_num_seqs are not
-    given, by card: what the planner assumes and lab 03 states. vLLM 0.33.0, vllm/engine/arg_utils.py,
+    given, by card: what the planner assumes and lab 04 states. vLLM 0.33.0, vllm/engine/arg_utils.py,
     EngineArgs.get_batch_defaults: 160 GiB and more (B200, B300) 16,384 tokens and 1,024 sequences; 70 GiB and
     more except A100s (H100, H200) 8,192 and 1,024; other cards 2,048 and 256; CPU 2,048 and 128 per rank.
     (The LLM class uses larger token budgets; vLLM 0.32 has the same table.)"""

@@ -30,6 +30,7 @@ from .timing import TIMEOUT_S, RequestRecord, RequestSpec, ameasure
 PERCENTILES = (50, 90, 99)
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2e")
 ClosedLoop = Callable[[Callable[[int], Awaitable], int, int], Awaitable[list]]  # closed_loop's signature
+Arrivals = Callable[[int, float, float, int], Sequence[float]]  # arrival_times_s's signature
 
 
 def latency_values_ms(records: list[RequestRecord], metric: str) -> list[float]:
@@ -284,6 +285,16 @@ async def closed_loop(send: Callable[[int], Awaitable[Any]], num_requests: int, 
     return answers
 
 
+def arrival_times_s(num_requests: int, rate_rps: float, burstiness: float, seed: int) -> list[float]:
+    """Open-loop send times (seconds after the first request, which goes at 0) of `num_requests` requests arriving
+    at `rate_rps` on average, as vLLM's benchmark draws them: independent gaps from a gamma distribution of shape
+    `burstiness` and mean 1 / rate_rps (shape 1 is an exponential: Poisson arrivals; below 1 they come in bursts,
+    above 1 more evenly: the gaps' coefficient of variation is 1 / sqrt(burstiness)); the same seed, the same times."""
+    rng = np.random.default_rng(seed)
+    gaps = rng.gamma(shape=burstiness, scale=1.0 / (rate_rps * burstiness), size=num_requests)
+    return (np.cumsum(gaps) - gaps[0]).tolist()
+
+
 def one_at_a_time_mean_ttft_ms(ttft_alone_ms: float, e2e_alone_ms: float, concurrency: int, requests: int) -> float:
     """Mean TTFT (ms) when `concurrency` closed-loop users send `requests` requests to an engine that serves one at a
     time, first come first served, each request taking e2e_alone_ms (its TTFT alone ttft_alone_ms). The first
@@ -319,10 +330,12 @@ async def run_load(
     desc: str = "requests",
     settings: dict | None = None,
     load_generator: ClosedLoop = closed_loop,
+    arrivals: Arrivals = arrival_times_s,
 ) -> LoadResult:
-    """Send `specs`: at most `concurrency` in flight (closed loop, sent by `load_generator`: lab 02's
-    participant's own, or the library's closed_loop), or arriving at `rate` per second (open loop, optionally also
-    capped by concurrency)."""
+    """Send `specs`: at most `concurrency` in flight (closed loop, sent by `load_generator`: lab 03's
+    participant's own, or the library's closed_loop), or arriving at `rate` per second (open loop, at the times
+    `arrivals` draws: lab 03's participant's own, or the library's arrival_times_s; optionally also capped by
+    concurrency)."""
     if not specs:
         raise BadInput("requests", 0, "allowed: at least one request")
     if concurrency is None and rate is None:
@@ -354,10 +367,8 @@ async def run_load(
                 async with limit:
                     await send(i, scheduled_s)
 
-            rng = np.random.default_rng(seed)
-            gaps = rng.gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=len(specs))
             tasks = []
-            for i, when in enumerate(np.cumsum(gaps) - gaps[0]):
+            for i, when in enumerate(arrivals(len(specs), rate, burstiness, seed)):
                 delay = start + when - time.perf_counter()
                 if delay > 0:
                     await asyncio.sleep(delay)

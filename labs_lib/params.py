@@ -50,26 +50,9 @@ def int_list(what: str, value: object, *, maximum: int = 1_000_000) -> list[int]
     return [positive_int(what, v, maximum=maximum) for v in value]
 
 
-def lab02(
-    *,
-    endpoint,
-    model,
-    engine,
-    slots,
-    prompt_tokens,
-    max_tokens,
-    repeats,
-    prompt_lengths,
-    max_tokens_list,
-    kv_demo_tokens,
-    concurrency_levels,
-    requests_per_level,
-    lengths,
-    quick,
-    interactive,
-) -> SimpleNamespace:
+def _endpoint(endpoint, model, engine, slots, prompt_tokens, max_tokens, quick) -> SimpleNamespace:
+    """What labs 02 and 03 share: where to send, which engine a local endpoint starts, what each request asks."""
     from .endpoints import BUILTIN, check_url
-    from .lengths import length_distribution
 
     if not isinstance(endpoint, str) or (endpoint not in BUILTIN and "://" not in endpoint):
         raise BadInput("endpoint", endpoint, "allowed: " + ", ".join(BUILTIN) + ", or an http(s):// base URL")
@@ -77,7 +60,6 @@ def lab02(
         check_url(endpoint)
     if model is not None and not isinstance(model, str):
         raise BadInput("model", model, "allowed: None or a model id string")
-    quick = flag("quick", quick)
     p = SimpleNamespace(
         endpoint=endpoint,
         model=model,
@@ -85,15 +67,7 @@ def lab02(
         slots=positive_int("slots", slots, maximum=64),
         prompt_tokens=positive_int("prompt_tokens", prompt_tokens, maximum=100_000),
         max_tokens=positive_int("max_tokens", max_tokens, maximum=100_000),
-        repeats=positive_int("repeats", repeats, maximum=100),
-        prompt_lengths=int_list("prompt_lengths", prompt_lengths, maximum=100_000),
-        max_tokens_list=int_list("max_tokens_list", max_tokens_list, maximum=100_000),
-        kv_demo_tokens=positive_int("kv_demo_tokens", kv_demo_tokens, maximum=4096),
-        concurrency_levels=int_list("concurrency_levels", concurrency_levels, maximum=1024),
-        requests_per_level=positive_int("requests_per_level", requests_per_level, maximum=100_000),
-        lengths=None if lengths is None else length_distribution(lengths).name,  # one line naming the traces
-        quick=quick,
-        interactive=flag("interactive", interactive),
+        quick=flag("quick", quick),
     )
     # the model a local engine serves: the workshop model on a GPU where one is recorded, else the shipped one
     p.engine_model, p.model_note = {}, ""
@@ -101,19 +75,56 @@ def lab02(
         kind = resolve_kind(p.engine)
         served, p.model_note = for_labs(engine_class(kind).grid_family() == "gpu")
         p.engine_model = {"model": served} if served else {}
-    if quick:  # small sizes for CI: the same experiments, fewer and shorter requests
-        p.repeats = min(p.repeats, 2)
-        p.prompt_lengths = [n for n in p.prompt_lengths if n <= 256][:2] or [32]
-        p.max_tokens_list = [m for m in p.max_tokens_list if m <= 64][:2] or [16]
-        p.kv_demo_tokens = min(p.kv_demo_tokens, 24)
-        p.concurrency_levels = sorted({1, min(p.slots, 8), min(2 * p.slots, 8)})  # below, at and past the slots
-        p.requests_per_level = min(p.requests_per_level, 8)
+    if p.quick:  # small sizes: the same experiments, fewer and shorter requests
         p.max_tokens = min(p.max_tokens, 32)
         p.prompt_tokens = min(p.prompt_tokens, 64)
     return p
 
 
-def lab03(*, engine, model, slo_ttft_ms, slo_tpot_ms, resume, quick, interactive, usd_per_device_hour=None) -> SimpleNamespace:
+def lab02(
+    *, endpoint, model, engine, slots, prompt_tokens, max_tokens, repeats, prompt_lengths, max_tokens_list, kv_demo_tokens, quick
+) -> SimpleNamespace:
+    p = _endpoint(endpoint, model, engine, slots, prompt_tokens, max_tokens, quick)
+    p.repeats = positive_int("repeats", repeats, maximum=100)
+    p.prompt_lengths = int_list("prompt_lengths", prompt_lengths, maximum=100_000)
+    p.max_tokens_list = int_list("max_tokens_list", max_tokens_list, maximum=100_000)
+    p.kv_demo_tokens = positive_int("kv_demo_tokens", kv_demo_tokens, maximum=4096)
+    if p.quick:
+        p.repeats = min(p.repeats, 2)
+        p.prompt_lengths = [n for n in p.prompt_lengths if n <= 256][:2] or [32]
+        p.max_tokens_list = [m for m in p.max_tokens_list if m <= 64][:2] or [16]
+        p.kv_demo_tokens = min(p.kv_demo_tokens, 24)
+    return p
+
+
+def lab03(
+    *,
+    endpoint,
+    model,
+    engine,
+    slots,
+    prompt_tokens,
+    max_tokens,
+    concurrency_levels,
+    requests_per_level,
+    lengths,
+    quick,
+    interactive,
+) -> SimpleNamespace:
+    from .lengths import length_distribution
+
+    p = _endpoint(endpoint, model, engine, slots, prompt_tokens, max_tokens, quick)
+    p.concurrency_levels = int_list("concurrency_levels", concurrency_levels, maximum=1024)
+    p.requests_per_level = positive_int("requests_per_level", requests_per_level, maximum=100_000)
+    p.lengths = None if lengths is None else length_distribution(lengths).name  # one line naming the traces
+    p.interactive = flag("interactive", interactive)
+    if p.quick:
+        p.concurrency_levels = sorted({1, min(p.slots, 8), min(2 * p.slots, 8)})  # below, at and past the slots
+        p.requests_per_level = min(p.requests_per_level, 8)
+    return p
+
+
+def lab04(*, engine, model, slo_ttft_ms, slo_tpot_ms, resume, quick, interactive, usd_per_device_hour=None) -> SimpleNamespace:
     if model is not None and not isinstance(model, str):
         raise BadInput("model", model, "allowed: None (the grids' model) or a model id / path string")
     kind = resolve_kind(engine_name(engine), vllm_on_cpu=True)  # the lab of vLLM's knobs: vLLM wherever installed
@@ -133,7 +144,7 @@ def lab03(*, engine, model, slo_ttft_ms, slo_tpot_ms, resume, quick, interactive
     )
 
 
-def lab04(*, engine, variants, kv_dtypes, eval_tokens, gpu_models, quick, interactive) -> SimpleNamespace:
+def lab05(*, engine, variants, kv_dtypes, eval_tokens, gpu_models, quick, interactive) -> SimpleNamespace:
     from .quant import ORIGINAL, VARIANTS, check_variant
     from .quant_compare import GPU_MODEL_FAMILIES, KV_DTYPES, VLLM_CPU_MODELS, VLLM_CPU_QUICK_MODELS
 
@@ -184,14 +195,14 @@ def lab04(*, engine, variants, kv_dtypes, eval_tokens, gpu_models, quick, intera
     return p
 
 
-def lab05(*, ctx_per_request, quick) -> SimpleNamespace:
+def lab06(*, ctx_per_request, quick) -> SimpleNamespace:
     return SimpleNamespace(
         ctx_per_request=positive_int("ctx_per_request", ctx_per_request, minimum=256, maximum=32768),
         quick=flag("quick", quick),
     )
 
 
-def lab06(*, seeds) -> SimpleNamespace:
+def lab07(*, seeds) -> SimpleNamespace:
     from .articles import articles
 
     known = [a["seed"] for a in articles()]
@@ -201,7 +212,7 @@ def lab06(*, seeds) -> SimpleNamespace:
 
 
 def check_notebook(lab: str, values: dict[str, object]) -> SimpleNamespace | None:
-    """Validate lab `lab` ("01"…"05")'s parameters as its parameters cell will, so the runner can refuse
+    """Validate lab `lab` ("01"…"07")'s parameters as its parameters cell will, so the runner can refuse
     a bad value in one line before starting a kernel. None when the lab has no validator."""
     import inspect
 

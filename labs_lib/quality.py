@@ -82,8 +82,8 @@ KL = Callable[[dict[int, float], dict[int, float]], float]  # (P's top tokens, Q
 
 @dataclass(frozen=True)
 class Scorers:
-    """The functions that turn log-probabilities into lab 04's figures: the library's, or the participant's once
-    their checks pass (lab 04 passes its own)."""
+    """The functions that turn log-probabilities into lab 05's figures: the library's, or the participant's once
+    their checks pass (lab 05 passes its own)."""
 
     perplexity: Callable[[Sequence[float]], float] = perplexity
     kl: KL = kl_lower_bound

@@ -1,4 +1,4 @@
-"""Lab 04's comparison: each weight variant (and KV cache precision) measured for memory, speed and quality."""
+"""Lab 05's comparison: each weight variant (and KV cache precision) measured for memory, speed and quality."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ VLLM_CPU_QUICK_MODELS: tuple[dict[str, str], ...] = ({}, {"kv_cache_dtype": "fp8
 # fp8 weights quantized at load from a bf16 checkpoint: "--quantization fp8" still does it in vLLM 0.33 but is
 # deprecated for online quantization there in favour of this name (model_loader/weight_utils.py, get_quant_config)
 ONLINE_FP8 = "fp8_per_tensor"
-# vLLM on a GPU: a family of configurations by name (lab 04's gpu_models). "shipped" needs no hub and no token;
+# vLLM on a GPU: a family of configurations by name (lab 05's gpu_models). "shipped" needs no hub and no token;
 # the 7B family is ungated and downloads the sizes below (Hugging Face's file listings, 2026-12) once.
 GPU_MODEL_FAMILIES = {
     "shipped": ({}, {"quantization": ONLINE_FP8}, {"kv_cache_dtype": "fp8"}),  # bf16, vLLM's online fp8 weights, fp8 KV
@@ -63,7 +63,7 @@ class QuantSettings:
     prompt_tokens: int = 64
     max_tokens: int = 48
     prefill_tokens: int = 512  # two uncached prompts this long measure the prefill speed (the compute roof)
-    scorers: Scorers = field(default_factory=Scorers)  # perplexity and KL: the library's, or lab 04's participant's once checked
+    scorers: Scorers = field(default_factory=Scorers)  # perplexity and KL: the library's, or lab 05's participant's once checked
 
     @classmethod
     def quick(cls) -> QuantSettings:
@@ -283,7 +283,7 @@ def int8_row(held: float, file_cut: float, tpot_f16_ms: float, tpot_q8_ms: float
 def quant_article_checks(
     weights: pd.DataFrame, results: pd.DataFrame, *, reference: str, eval_tokens: int, weight_variants: bool
 ) -> pd.DataFrame:
-    """Lab 04's "check the article": the quantization claims against this run's variants (weights: one row per
+    """Lab 05's "check the article": the quantization claims against this run's variants (weights: one row per
     weight variant at the f16 KV cache; results: every variant x KV dtype), and computed where no checkpoint can
     reach this machine (AWQ)."""
     checks: list[dict] = []

@@ -21,12 +21,13 @@ import numpy as np
 
 from .endpoints import Endpoint
 from .errors import BadInput, positive_int, positive_number
-from .load import SLO, LoadResult, from_schedule_ms, latency_values_ms, percentile_ms, run_load
+from .load import SLO, Arrivals, LoadResult, arrival_times_s, from_schedule_ms, latency_values_ms, percentile_ms, run_load
 from .timing import RequestSpec
 
 PERCENTILE_CHOICES = (50, 90, 95, 99)
 SATURATION_SHORTFALL = 0.2  # completed/s this far below offered/s: the server did not keep up
 QUEUE_GROWTH = 2.0  # last third's median TTFT over the first third's: requests are queueing
+Search = Callable[[Callable[[float], Awaitable[bool]], float, float, int, float], Awaitable[tuple]]  # bracket's signature
 QUEUE_FLOOR_MS = 200.0  # ... and slower by at least this much, so that jitter on a fast server is not a queue
 
 
@@ -152,10 +153,14 @@ async def slo_capacity(
     seed: int = 0,
     progress: bool = True,
     on_point: Callable[[RatePoint], None] | None = None,
+    arrivals: Arrivals = arrival_times_s,
+    search: Search | None = None,
 ) -> SLOCapacity:
     """The highest open-loop request rate (req/s) whose TTFT and TPOT at `percentile` meet `slo`, bracketed.
 
-    make_specs(n) gives n requests (fresh prompts per run: a repeated prompt would be a prefix-cache hit)."""
+    make_specs(n) gives n requests (fresh prompts per run: a repeated prompt would be a prefix-cache hit). Each rate's
+    requests arrive at the times `arrivals` draws; `search` chooses the rates (lab 03's participant's `bracket`, or
+    the library's)."""
     requests = positive_int("requests", requests, maximum=100_000)
     start_rps, max_rps = positive_number("start_rps", start_rps), positive_number("max_rps", max_rps)
     max_points = positive_int("max_points", max_points, maximum=100)
@@ -167,7 +172,13 @@ async def slo_capacity(
 
     async def measure(rate: float) -> RatePoint:
         result = await run_load(
-            endpoint, make_specs(requests), rate=rate, burstiness=burstiness, seed=seed + len(found.points), progress=False
+            endpoint,
+            make_specs(requests),
+            rate=rate,
+            burstiness=burstiness,
+            seed=seed + len(found.points),
+            progress=False,
+            arrivals=arrivals,
         )
         point = judge(result, rate, slo, percentile)
         found.points.append(point)
@@ -181,7 +192,7 @@ async def slo_capacity(
         return (await measure(rate)).meets
 
     try:
-        found.max_rps, found.first_miss_rps = await bracket(meets, start_rps, max_rps, max_points, resolution)
+        found.max_rps, found.first_miss_rps = await (search or bracket)(meets, start_rps, max_rps, max_points, resolution)
     finally:
         bar.close()
     return found

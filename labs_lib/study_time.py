@@ -58,8 +58,8 @@ def study_time(notebook: Path) -> StudyTime:
     return StudyTime(
         words=sum(len(re.findall(r"[\w'’]+", s)) for s in sources),
         build_its=sum(BUILD_IT_TAG in c["metadata"].get("tags", []) for c in cells),
-        exercises=len(re.findall(r"^answer_\w+ = None", code, re.MULTILINE)),
-        design_tasks=len(re.findall(r"^design\w* = None", code, re.MULTILINE)),
+        exercises=len(re.findall(r"^[ \t]*answer_\w+ = None", code, re.MULTILINE)),
+        design_tasks=len(re.findall(r"^[ \t]*design\w* = None", code, re.MULTILINE)),
         predictions=code.count("lab.predict("),
     )
 

@@ -484,7 +484,7 @@ async def _run_point(engine, kind: str, point: Point, slo: SLO | None, timeout_s
 class KeptEngine:
     """At most one running engine, kept between sweeps for the next grid that starts the same configuration.
 
-    Lab 03's vLLM grids save two vLLM starts this way (kv_pool's 0.25 GiB pool is batching's max_num_seqs 8, and
+    Lab 04's vLLM grids save two vLLM starts this way (kv_pool's 0.25 GiB pool is batching's max_num_seqs 8, and
     batching's max_num_seqs 1 is prefix_cache's point with prefix caching on).
     Use it as a context manager, or call close(): the engine is stopped then, or when a different configuration
     is asked for, or (as every engine) when the Python process ends."""
@@ -603,7 +603,7 @@ async def run_sweep(
     fresh: bool = False,
 ) -> pd.DataFrame:
     """Run every point that out_path does not hold a success for (a failed point is tried again), one engine per
-    configuration, through `loop` (lab 03's participant's own, or the library's sweep_loop); returns all results
+    configuration, through `loop` (lab 04's participant's own, or the library's sweep_loop); returns all results
     (the newest row per point) as a DataFrame. `fresh`: start out_path empty (its earlier points are measured
     again). Only one run writes out_path at a time (`writing`).
 
@@ -712,7 +712,7 @@ def dry_run(grid: Grid) -> list[str]:
 
 def grid_configs(kind: str) -> list[tuple[str, EngineConfig]]:
     """(grid file, configuration) for every configuration of every grid in data/grids/ that engine `kind` runs,
-    quick and full; not the articles' own grids (article_*.yaml), whose removed flags lab 03 reports."""
+    quick and full; not the articles' own grids (article_*.yaml), whose removed flags lab 04 reports."""
     found = []
     for path in sorted(p for p in (DATA_DIR / "grids").glob("*.yaml") if not p.name.startswith("article_")):
         for quick in (False, True):

@@ -8,7 +8,6 @@ from .engines import engine_class
 from .engines.metrics import cache_hit_rate
 from .errors import BadInput
 from .kv_math import MIB, kv_cache
-from .load import one_at_a_time_mean_ttft_ms
 from .scheduler import ScheduleStep, StepCost, simulate
 
 LOAD_COLUMNS = {
@@ -203,45 +202,6 @@ def best_by_goodput(df: pd.DataFrame) -> pd.Series | None:
     return load_table(ok).sort_values(["goodput req/s", "tok/s"], ascending=False).iloc[0]
 
 
-def one_slot_queue(df: pd.DataFrame) -> dict | None:
-    """The batching sweep's one-sequence configuration (the fewest `parallel`) at concurrency 1 and at the highest
-    concurrency measured: its mean TTFT and E2E alone, the mean TTFT measured under load, and what a first-come,
-    first-served queue predicts from the run alone (load.one_at_a_time_mean_ttft_ms). None without both points."""
-    ok = load_ok(df)
-    if "config.parallel" not in ok or ok.empty:
-        return None
-    one = ok[ok["config.parallel"] == ok["config.parallel"].min()]
-    alone, busy = one[one["level.concurrency"] == 1], one[one["level.concurrency"] == one["level.concurrency"].max()]
-    if alone.empty or busy.empty or busy["level.concurrency"].iloc[0] == 1:
-        return None
-    a, b = alone.iloc[0], busy.iloc[0]
-    concurrency, requests = int(b["level.concurrency"]), int(b["summary.requests"])
-    return {
-        "config": label(ok).loc[b.name],
-        "concurrency": concurrency,
-        "requests": requests,
-        "ttft_alone_ms": float(a["summary.mean_ttft_ms"]),
-        "e2e_alone_ms": float(a["summary.mean_e2e_ms"]),
-        "measured_mean_ttft_ms": float(b["summary.mean_ttft_ms"]),
-        "queue_mean_ttft_ms": one_at_a_time_mean_ttft_ms(
-            float(a["summary.mean_ttft_ms"]), float(a["summary.mean_e2e_ms"]), concurrency, requests
-        ),
-    }
-
-
-def slots_between(df: pd.DataFrame) -> dict | None:
-    """The batching sweep's knob turned halfway: half the larger configuration's `parallel` (2 of 4, 4 of 8) at
-    the busiest concurrency measured, for a re-run (Grid.one_point). None when no whole number lies between the
-    two configurations' slots or nothing was measured under load."""
-    ok = df[df["status"] == "ok"]
-    if "config.parallel" not in ok or "level.concurrency" not in ok or ok.empty:
-        return None
-    fewest, most = int(ok["config.parallel"].min()), int(ok["config.parallel"].max())
-    if not fewest < most // 2 < most:
-        return None
-    return {"parallel": most // 2, "concurrency": int(ok["level.concurrency"].max())}
-
-
 def cache_ttft_means(df: pd.DataFrame, engine: str) -> dict | None:
     """The prefix-cache sweep's first workload at its lightest load: caching off (the lowest hit rate) and the
     configuration with the highest, their mean TTFT over every request (misses included, as the hit rate counts
@@ -318,7 +278,7 @@ def usd_per_million_tokens(tokens_per_s: float, usd_per_device_hour: float) -> f
 
 
 def device_hour_price(given: float | None) -> tuple[float | None, str]:
-    """(USD per device-hour for lab 03's cost column, where it comes from): `given` as it is; else the catalogue's
+    """(USD per device-hour for lab 04's cost column, where it comes from): `given` as it is; else the catalogue's
     sourced range (its midpoint) for the GPU NVML finds; else (None, why)."""
     from .catalogs import catalogue_name, gpu_price
     from .gpu import engine_card, read_gpus
@@ -346,7 +306,7 @@ def on_front(per_user: list[float], per_device: list[float]) -> list[bool]:
 def article_checks(
     kv_pool: pd.DataFrame | None, batching: pd.DataFrame, prefix_cut: float, hits: pd.DataFrame, engine: str, grid_prefix: str
 ) -> pd.DataFrame:
-    """Lab 03's "the articles' numbers beside ours": each tuning claim of the articles against this run's sweeps
+    """Lab 04's "the articles' numbers beside ours": each tuning claim of the articles against this run's sweeps
     (kv_pool and batching results, the prefix grid's TTFT cut and hit table), or why it cannot be measured here."""
     from .claims import row
 
@@ -421,7 +381,7 @@ def prefix_ttft_row(cut: float) -> dict:
 
 
 def _unmeasured_claim_rows(prefix: str) -> list[dict]:
-    """Lab 03's claims this run cannot measure, each with why and what would test it."""
+    """Lab 04's claims this run cannot measure, each with why and what would test it."""
     from .claims import row
 
     return [
@@ -483,7 +443,7 @@ def _pool_findings(kv_pool: pd.DataFrame | None, engine: str) -> tuple[str, bool
         )
         overflow_holds = False if most else None
     else:
-        overflow_text = "llama.cpp has no shared pool to overflow (a request longer than its slot gets HTTP 400, lab 05)"
+        overflow_text = "llama.cpp has no shared pool to overflow (a request longer than its slot gets HTTP 400, lab 06)"
     pool_ok = load_ok(kv_pool)
     if pool_ok is not None and "config.kv_cache_gib" in pool_ok and pool_ok["config.kv_cache_gib"].nunique() > 1:
         by_pool = pool_ok.groupby("config.kv_cache_gib")["summary.p50_ttft_ms"].median()

@@ -1,7 +1,7 @@
 """The labs' explorers for JupyterLab. Each control recomputes with the library's own functions and redraws
 with the function the headless cells call: lab 01's capacity question (kv_math, plots.kv_memory_figure),
-lab 02's latency percentiles over the measured runs (load, plots.concurrency_figure), lab 03's sweep
-trade-offs (plots.tradeoff_figure) and lab 04's quantized configurations (plots.quant_tradeoff_figure)."""
+lab 03's latency percentiles over the measured runs (load, plots.concurrency_figure), lab 04's sweep
+trade-offs (plots.tradeoff_figure) and lab 05's quantized configurations (plots.quant_tradeoff_figure)."""
 
 from __future__ import annotations
 
@@ -231,7 +231,7 @@ class KVExplorer(_Explorer):
 
 
 class SweepExplorer(_Explorer):
-    """Lab 03's sweep results explored: choose the x and y metrics and what colours the series; each choice
+    """Lab 04's sweep results explored: choose the x and y metrics and what colours the series; each choice
     redraws with plots.tradeoff_figure, the function the headless cell calls. `table` is
     sweep_views.load_table rows (of several sweeps, with an "experiment" column)."""
 
@@ -272,7 +272,7 @@ PERCENTILE_STEPS = (50, 75, 90, 95, 99, 99.9)
 
 @dataclass(frozen=True)
 class LatencyState:
-    """What lab 02's explorer shows: one metric's p50 and p`percentile` at one measured concurrency (ms)."""
+    """What lab 03's explorer shows: one metric's p50 and p`percentile` at one measured concurrency (ms)."""
 
     metric: str
     percentile: float
@@ -301,7 +301,7 @@ class LatencyState:
 
 
 class LatencyExplorer(_Explorer):
-    """Lab 02's concurrency runs explored: pick the metric (TTFT, TPOT, ITL, E2E), the percentile and a measured
+    """Lab 03's concurrency runs explored: pick the metric (TTFT, TPOT, ITL, E2E), the percentile and a measured
     concurrency; the readout gives that level's numbers and the figure (plots.concurrency_figure, as the headless
     cell draws it) the curves with the level marked and its distribution. `runs` are concurrency_sweep's."""
 
@@ -356,7 +356,7 @@ class LatencyExplorer(_Explorer):
 
 
 class QuantExplorer(_Explorer):
-    """Lab 04's configurations compared: pick which (variant/KV dtype rows of compare_variants or compare_models)
+    """Lab 05's configurations compared: pick which (variant/KV dtype rows of compare_variants or compare_models)
     and the quality measure; the figure is plots.quant_tradeoff_figure, as the headless cell draws it, and the
     readout the chosen rows' numbers with the best of them."""
 

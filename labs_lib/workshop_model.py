@@ -1,9 +1,9 @@
 """A model per card that makes the lessons visible on a GPU: chosen by `make setup-gpu` (`labs workshop-model
---download`), downloaded once into the cache and recorded there; labs 02-04 serve it on vLLM on a GPU when their
+--download`), downloaded once into the cache and recorded there; labs 02-05 serve it on vLLM on a GPU when their
 model is left at None, and say which model they use and why.
 
-On a GPU the shipped Gemma 3 270M never fills a pool (lab 03's preemption cannot appear), its decode is bound by
-kernel launches rather than memory (lab 02's roofline), and bf16 against fp8 (lab 04) vanishes in noise. A 7B model
+On a GPU the shipped Gemma 3 270M never fills a pool (lab 04's preemption cannot appear), its decode is bound by
+kernel launches rather than memory (lab 03's roofline), and bf16 against fp8 (lab 05) vanishes in noise. A 7B model
 in bf16 shows all three where it fits with room for a KV pool (40 GiB cards and up); on 15-24 GiB cards a 1.5B
 model leaves that room. Both are Apache-2.0 and ungated: no token, no licence to accept.
 """

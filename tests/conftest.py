@@ -184,7 +184,7 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> N
 # --- reliability helpers: canary keys, leak search, processes tagged through their environment ---
 
 UNMASKED_KEY = re.compile(r"\bsk-(?!…)[A-Za-z0-9_\-]{6,}")
-KEY_VARIABLES = ("TAOTOKEN_API_KEY", "VLLM_API_KEY", "LAB05_API_KEY")
+KEY_VARIABLES = ("TAOTOKEN_API_KEY", "VLLM_API_KEY", "LAB06_API_KEY")
 
 
 def fake_key(label: str) -> str:

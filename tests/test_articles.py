@@ -13,7 +13,7 @@ from labs_lib import articles
 from labs_lib.claims import claims, row
 from labs_lib.errors import BadInput
 
-LABS = ["01", "02", "03", "04", "05"]
+LABS = ["01", "02", "04", "05", "06"]
 
 
 @pytest.mark.parametrize("lab", LABS)
@@ -52,5 +52,5 @@ def test_the_appendix_takes_computed_over_recorded_over_nothing(tmp_path, capsys
 
 
 def test_a_record_for_a_lab_that_does_not_exist_is_one_line(tmp_path):
-    with pytest.raises(BadInput, match=r"'07'.*allowed: 01, 02, 03, 04, 05"):
+    with pytest.raises(BadInput, match=r"'07'.*allowed: 01, 02, 03, 04, 05, 06"):
         articles.record("07", pd.DataFrame(), "llamacpp", folder=tmp_path)

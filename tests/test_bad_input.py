@@ -110,7 +110,7 @@ CLI_CASES = [
     ("run unknown lab", ["run", "--only", "09"], ["09"]),
     ("run bad notebook parameter", ["run", "--only", "01", "-p", "seq_len", "-5"], ["seq_len", "-5"]),
     ("run notebook URL parameter", ["run", "--only", "02", "-p", "endpoint", "ftp://x"], ["ftp://x"]),
-    ("run notebook list parameter", ["run", "--only", "04", "-p", "variants", '["Q3"]'], ["Q3"]),
+    ("run notebook list parameter", ["run", "--only", "05", "-p", "variants", '["Q3"]'], ["Q3"]),
     ("run secret parameter", ["run", "-p", "api_key", KEY], ["api_key"]),
     ("quant unknown variant", ["quant", "--variants", "Q3_K", "--quick"], ["Q3_K"]),
     ("doctor missing config", ["doctor", "--config", "/nonexistent/config.toml"], ["/nonexistent/config.toml"]),
@@ -192,12 +192,13 @@ NOTEBOOK_CASES = [
     ("lab01 zero seq_len", "01", {"seq_len": 0}, "seq_len"),
     ("lab01 unknown model", "01", {"model": "nope-13b"}, "nope-13b"),
     ("lab02 non-numeric repeats", "02", {"repeats": "three"}, "three"),
-    ("lab02 empty concurrency list", "02", {"concurrency_levels": []}, "concurrency_levels"),
-    ("lab03 negative SLO", "03", {"slo_ttft_ms": -100}, "-100"),
-    ("lab03 a device that costs nothing", "03", {"usd_per_device_hour": 0}, "usd_per_device_hour"),
-    ("lab04 unknown KV dtype", "04", {"kv_dtypes": ["q2"]}, "q2"),
-    ("lab05 tiny context", "05", {"ctx_per_request": 8}, "8"),
-    ("any lab: quick not a flag", "03", {"quick": "perhaps"}, "perhaps"),
+    ("lab03 empty concurrency list", "03", {"concurrency_levels": []}, "concurrency_levels"),
+    ("lab03 an unknown trace", "03", {"lengths": "no-such-trace"}, "no-such-trace"),
+    ("lab04 negative SLO", "04", {"slo_ttft_ms": -100}, "-100"),
+    ("lab04 a device that costs nothing", "04", {"usd_per_device_hour": 0}, "usd_per_device_hour"),
+    ("lab05 unknown KV dtype", "05", {"kv_dtypes": ["q2"]}, "q2"),
+    ("lab06 tiny context", "06", {"ctx_per_request": 8}, "8"),
+    ("any lab: quick not a flag", "04", {"quick": "perhaps"}, "perhaps"),
 ]
 
 

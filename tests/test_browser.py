@@ -1,18 +1,14 @@
 """The labs as participants use them: JupyterLab from the project's environment in headless Chromium.
 Lab 01 is opened and run whole with interactive=True; every control of its explorer is moved, and after
 each move the figure must change and the readouts must equal the library's numbers for the values the
-page shows. Labs 02, 03 and 04 are run whole (quick sizes, the embedded engine) and their explorers'
-controls moved; each readout must equal what the test computes from the results the run wrote (lab 02's
-request records, lab 03's sweeps, lab 04's comparison). Lab 03 is interrupted once mid-sweep (Kernel -> Interrupt) and
-run on from that cell: no engine outlives the interrupt and the sweep resumes. Lab 02's kernel is restarted once its
+page shows. Labs 03, 04 and 05 are run whole (quick sizes, the embedded engine) and their explorers'
+controls moved; each readout must equal what the test computes from the results the run wrote (lab 03's
+request records, lab 04's sweeps, lab 05's comparison). Lab 04 is interrupted once mid-sweep (Kernel -> Interrupt) and
+run on from that cell: no engine outlives the interrupt and the sweep resumes. Lab 03's kernel is restarted once its
 engine runs (no engine outlives the old kernel; Run All works on the new one), interrupted mid-load, and, once done,
-its engine's cell re-run twice out of order and then its last cell (one engine, then none). These are labs 02-04's runs on the embedded engine: the
+its engine's cell re-run twice out of order and then its last cell (one engine, then none). These are labs 03-05's runs on the embedded engine: the
 headless runner runs them too only where no browser can (tests/test_notebooks.py). No cell may show an error. Screenshots of each state go to runs/browser/. Afterwards JupyterLab, its kernels and the
 engines they started are gone.
-
-Needs Chromium (Debian: `apt-get install chromium`, as root) and Playwright (`pip install playwright`;
-no browser download: it drives the system Chromium). In CI a missing browser fails; elsewhere the test
-is skipped with that line. `make screenshot` refreshes docs/explorer.png from this test.
 """
 
 from __future__ import annotations
@@ -69,9 +65,9 @@ def jupyterlab(tmp_path_factory):
     root = tmp_path_factory.mktemp("lab")
     for nb in (REPO / "notebooks").glob("*.ipynb"):
         shutil.copy(nb, root / nb.name)
-    # labs 02-04 at their default sizes (quick), on the embedded engine: the copy's parameters cell, as a participant
+    # labs 03-05 at their default sizes (quick), on the embedded engine: the copy's parameters cell, as a participant
     # would edit it ("auto" takes vLLM where installed; that default is run by test_notebooks.test_lab_runs_on_vllm)
-    for name in ("02_streaming_timing.ipynb", "03_vllm_tuning_sweeps.ipynb", "04_quantization.ipynb"):
+    for name in ("03_load_testing.ipynb", "04_vllm_tuning_sweeps.ipynb", "05_quantization.ipynb"):
         text = (root / name).read_text()
         assert '"quick = True' in text and '"engine = \\"auto\\"' in text, name
         (root / name).write_text(text.replace('"engine = \\"auto\\"', '"engine = \\"llamacpp\\"', 1))
@@ -272,7 +268,7 @@ def _engines(tag: str) -> list[int]:
 
 
 def interrupt_mid_sweep_then_resume(tag: str, results: Path, kept_rows: list):
-    """What `during` does in lab 03: once the batching sweep has saved its first point, Kernel -> Interrupt as the
+    """What `during` does in lab 04: once the batching sweep has saved its first point, Kernel -> Interrupt as the
     menu does; the run stops at that cell with the interrupt shown, and no engine is left running (the sweep's
     loop stops its engine in a finally). Then Run All Below from that cell: its sweep resumes (the saved row is
     kept, `kept_rows` gets it) and the lab runs to its end."""
@@ -310,7 +306,7 @@ def _slots_processing(tag: str) -> int:
 
 
 def interrupt_mid_load_then_run_on(tag: str, cell_needle: str = "concurrency_sweep("):
-    """What `during` does in lab 02: once the concurrency sweep's load generator has requests in the engine's slots,
+    """What `during` does in lab 03: once the concurrency sweep's load generator has requests in the engine's slots,
     Kernel -> Interrupt as the menu does; the run stops at that cell with the interrupt shown, the lab's engine is
     still the only one running (the lab goes on using it) and it is left decoding nothing (the cancelled requests
     closed their streams). Then Run All Below from that cell: the sweep runs again and the lab runs to its end."""
@@ -337,7 +333,7 @@ def interrupt_mid_load_then_run_on(tag: str, cell_needle: str = "concurrency_swe
 
 
 def restart_once_its_engine_runs_then(tag: str, after, start_needle: str = "stack = lab_stack()"):
-    """What `during` does first in lab 02: once the lab's engine is up and a later cell runs, Kernel -> Restart
+    """What `during` does first in lab 03: once the lab's engine is up and a later cell runs, Kernel -> Restart
     Kernel as the menu does (its dialog accepted); the engine the old kernel held open across cells (in an ExitStack
     closed only by the last cell) is gone with that kernel, and no other is running. Then Run All from the top on the
     new kernel, and `after(page)` for the rest of the run."""
@@ -372,8 +368,8 @@ def wait_until_engines_gone(tag: str, timeout_s: float = 60.0) -> list[int]:
     return left
 
 
-def test_lab03_sweep_explorer_in_jupyterlab(jupyterlab):
-    """Lab 03 run whole in the browser (quick sizes, the embedded engine), interrupted once mid-sweep and run on
+def test_lab04_sweep_explorer_in_jupyterlab(jupyterlab):
+    """Lab 04 run whole in the browser (quick sizes, the embedded engine), interrupted once mid-sweep and run on
     from that cell (interrupt_mid_sweep_then_resume), then its sweep explorer: each dropdown redraws, and the
     readout counts the points the library finds in the sweeps the run wrote."""
     import pandas as pd
@@ -382,19 +378,19 @@ def test_lab03_sweep_explorer_in_jupyterlab(jupyterlab):
     from labs_lib.paths import RESULTS_DIR
     from labs_lib.sweep import load_results
 
-    results, kept_rows = RESULTS_DIR / "lab03" / "batching-llamacpp-quick.jsonl", []
+    results, kept_rows = RESULTS_DIR / "lab04" / "batching-llamacpp-quick.jsonl", []
     during = interrupt_mid_sweep_then_resume(jupyterlab[2], results, kept_rows)
     with explorer_after_run_all(
-        jupyterlab, "03_vllm_tuning_sweeps.ipynb", ".sweep-explorer", ".sweep-readout", limit_s=900, during=during
+        jupyterlab, "04_vllm_tuning_sweeps.ipynb", ".sweep-explorer", ".sweep-readout", limit_s=900, during=during
     ) as (_page, explorer):
         resumed = read_rows(results)
         assert resumed[: len(kept_rows)] == kept_rows, "the rows saved before the interrupt are kept as they were"
         ids = [r["point_id"] for r in resumed]
         assert len(ids) == len(set(ids)) == len(load_grid(DATA_DIR / "grids" / "cpu_batching.yaml", quick=True).points())
-        # the explorer's experiments: section 9 comes before exercise 3's one-point re-run (batching-parallel2-c4)
+        # the explorer's experiments (other files in results/, a one-point re-run's from earlier versions, are not shown)
         shown_in = ("kv_pool", "batching", "prefix_cache", "chunked_prefill", "kv_dtype", "flash_attention")
         files = [
-            f for f in sorted((RESULTS_DIR / "lab03").glob("*-llamacpp-quick.jsonl")) if f.name.split("-llamacpp")[0] in shown_in
+            f for f in sorted((RESULTS_DIR / "lab04").glob("*-llamacpp-quick.jsonl")) if f.name.split("-llamacpp")[0] in shown_in
         ]
         measured = pd.concat(
             [views.load_table(load_results(f)).assign(experiment=f.name.split("-llamacpp")[0]) for f in files], ignore_index=True
@@ -412,7 +408,7 @@ def test_lab03_sweep_explorer_in_jupyterlab(jupyterlab):
             shown = measured.dropna(subset=[x, y])
             assert f"{len(shown)} measured points" in now[1], now[1]
             assert f"{shown[colour].nunique()} series by {colour}" in now[1], now[1]
-            explorer.screenshot(path=str(SHOTS / f"lab03-{i + 1}-{name}.png"))
+            explorer.screenshot(path=str(SHOTS / f"lab04-{i + 1}-{name}.png"))
 
 
 def _moved(explorer, shown_now, act, what: str):
@@ -422,8 +418,8 @@ def _moved(explorer, shown_now, act, what: str):
     return wait_for(lambda: (n := shown_now())[0] != before[0] and n[1] != before[1] and n, 60, f"a redraw after {what}", 0.2)[1]
 
 
-def test_lab02_latency_explorer_in_jupyterlab(jupyterlab):
-    """Lab 02 in the browser (quick sizes, the embedded engine): its kernel restarted once the engine runs, then run
+def test_lab03_latency_explorer_in_jupyterlab(jupyterlab):
+    """Lab 03 in the browser (quick sizes, the embedded engine): its kernel restarted once the engine runs, then run
     whole, interrupted mid-load and run on (restart_once_its_engine_runs_then), then its latency explorer: metric,
     percentile and concurrency moved; each readout equals the percentile the test takes (numpy, as vLLM's
     benchmark does) over the request records the run saved."""
@@ -436,7 +432,7 @@ def test_lab02_latency_explorer_in_jupyterlab(jupyterlab):
     started = time.time()
     during = restart_once_its_engine_runs_then(jupyterlab[2], interrupt_mid_load_then_run_on(jupyterlab[2]))
     with explorer_after_run_all(
-        jupyterlab, "02_streaming_timing.ipynb", ".latency-explorer", ".latency-readout", limit_s=900, during=during
+        jupyterlab, "03_load_testing.ipynb", ".latency-explorer", ".latency-readout", limit_s=900, during=during
     ) as (page, explorer):
 
         def shown_now():
@@ -448,7 +444,7 @@ def test_lab02_latency_explorer_in_jupyterlab(jupyterlab):
             metric = explorer.locator("select").evaluate("s => s.selectedOptions[0].textContent").lower()
             marks = explorer.locator(".widget-readout")
             percentile, level = float(marks.nth(0).text_content().lstrip("p")), int(marks.nth(1).text_content())
-            saved = RESULTS_DIR / "lab02" / f"concurrency-{level}.csv"
+            saved = RESULTS_DIR / "lab03" / f"concurrency-{level}.csv"
             assert saved.stat().st_mtime >= started, f"{saved} was not written by this run"
             ok = pd.read_csv(saved)
             ok = ok[ok.error.isna()]
@@ -461,7 +457,7 @@ def test_lab02_latency_explorer_in_jupyterlab(jupyterlab):
             assert all(part in readout for part in expected), (readout, expected)
 
         agrees(shown_now()[1])
-        explorer.screenshot(path=str(SHOTS / "lab02-0-start.png"))
+        explorer.screenshot(path=str(SHOTS / "lab03-0-start.png"))
         handles = explorer.locator(".noUi-handle")
         steps = [
             ("metric", lambda: explorer.locator("select").select_option("TPOT")),
@@ -471,12 +467,12 @@ def test_lab02_latency_explorer_in_jupyterlab(jupyterlab):
         ]
         for i, (name, act) in enumerate(steps):
             agrees(_moved(explorer, shown_now, act, name))
-            explorer.screenshot(path=str(SHOTS / f"lab02-{i + 1}-{name}.png"))
+            explorer.screenshot(path=str(SHOTS / f"lab03-{i + 1}-{name}.png"))
         out_of_order(page, jupyterlab[2])
 
 
 def out_of_order(page, tag: str) -> None:
-    """Lab 02 done (its last cell stopped the engine), cells re-run out of order as a participant might: the engine's
+    """Lab 03 done (its last cell stopped the engine), cells re-run out of order as a participant might: the engine's
     cell twice, then the last cell. Exactly one engine runs after each run of the engine's cell (the second run
     stops the first run's engine: endpoints.lab_stack), and none after the last cell."""
     for _ in range(2):
@@ -507,7 +503,7 @@ def run_cell_alone(page, needle: str) -> None:
 
 
 def test_lab04_quant_explorer_in_jupyterlab(jupyterlab):
-    """Lab 04 run whole in the browser (quick sizes, the embedded engine), then its configuration explorer:
+    """Lab 05 run whole in the browser (quick sizes, the embedded engine), then its configuration explorer:
     the chosen rows and the quality measure changed; each readout names the best of the chosen rows as the
     test finds it in the comparison the run saved."""
     import pandas as pd
@@ -516,11 +512,11 @@ def test_lab04_quant_explorer_in_jupyterlab(jupyterlab):
     from labs_lib.quant_compare import QUALITY, config_labels
 
     started = time.time()
-    with explorer_after_run_all(jupyterlab, "04_quantization.ipynb", ".quant-explorer", ".quant-readout", limit_s=1200) as (
+    with explorer_after_run_all(jupyterlab, "05_quantization.ipynb", ".quant-explorer", ".quant-readout", limit_s=1200) as (
         _page,
         explorer,
     ):
-        saved = RESULTS_DIR / "lab04" / "configurations-llamacpp.csv"
+        saved = RESULTS_DIR / "lab05" / "configurations-llamacpp.csv"
         assert saved.stat().st_mtime >= started, f"{saved} was not written by this run"
         compared = pd.read_csv(saved)
         compared = compared.set_index(config_labels(compared))
@@ -539,7 +535,7 @@ def test_lab04_quant_explorer_in_jupyterlab(jupyterlab):
             assert f"{len(chosen)} configurations; best by {measure}" in readout and f": {best}" in readout, (readout, best)
 
         agrees(shown_now()[1])
-        explorer.screenshot(path=str(SHOTS / "lab04-0-start.png"))
+        explorer.screenshot(path=str(SHOTS / "lab05-0-start.png"))
         labels = list(compared.index)
         steps = [
             ("chosen", lambda: chooser.select_option(labels[-2:])),
@@ -548,4 +544,4 @@ def test_lab04_quant_explorer_in_jupyterlab(jupyterlab):
         ]
         for i, (name, act) in enumerate(steps):
             agrees(_moved(explorer, shown_now, act, name))
-            explorer.screenshot(path=str(SHOTS / f"lab04-{i + 1}-{name}.png"))
+            explorer.screenshot(path=str(SHOTS / f"lab05-{i + 1}-{name}.png"))

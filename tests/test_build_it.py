@@ -15,7 +15,7 @@ import pytest
 from conftest import REPO
 
 from labs_lib import cores
-from labs_lib.cores import lab04, lab05
+from labs_lib.cores import lab05, lab06
 from labs_lib.errors import BadInput, LabsError
 
 
@@ -63,16 +63,6 @@ def _kl_reversed(p_top, q_top):
     return cores.CORES["kl_lower_bound"].reference(q_top, p_top)
 
 
-def _front_strict(per_user, per_device):
-    points = list(zip(per_user, per_device, strict=True))
-    return [not any(u2 > u and d2 > d for u2, d2 in points) for u, d in points]
-
-
-def _front_beats_itself(per_user, per_device):
-    points = list(zip(per_user, per_device, strict=True))
-    return [not any(u2 >= u and d2 >= d for u2, d2 in points) for u, d in points]
-
-
 def _classify_by_text_only(status, message):
     low = message.lower()
     return (
@@ -87,7 +77,7 @@ def _classify_by_text_only(status, message):
 
 
 def _classify_every_404_a_model(status, message):
-    return lab05.classify(status, message) if status != 404 else "model_not_found"
+    return lab06.classify(status, message) if status != 404 else "model_not_found"
 
 
 def _concurrency_by_tokens(model, pool_bytes, max_model_len, block_size, bytes_per_value):
@@ -98,18 +88,6 @@ def _concurrency_by_tokens(model, pool_bytes, max_model_len, block_size, bytes_p
 def _concurrency_partial_blocks(model, pool_bytes, max_model_len, block_size, bytes_per_value):
     block_bytes = block_size * 2 * model.num_kv_heads * model.head_dim * bytes_per_value * model.num_layers
     return (pool_bytes / block_bytes) / math.ceil(max_model_len / block_size)
-
-
-def _perplexity_log2(logprobs):
-    return 2 ** (-sum(logprobs) / len(logprobs))
-
-
-def _perplexity_of_the_sum(logprobs):
-    return math.exp(-sum(logprobs))
-
-
-def _perplexity_mean_inverse(logprobs):
-    return sum(1 / math.exp(lp) for lp in logprobs) / len(logprobs)
 
 
 def _goodput_fraction(records, slo, duration_s):
@@ -144,6 +122,81 @@ async def _loop_static_batches(send, num_requests, concurrency):
     for first in range(0, num_requests, concurrency):
         answers += await asyncio.gather(*(send(i) for i in range(first, min(first + concurrency, num_requests))))
     return answers
+
+
+def _kind_empty_content_is_a_token(line):
+    if line.startswith("data:") and '"content"' in line:
+        return "content"  # the key is there, so it counts: the role chunk's "" too
+    return cores.CORES["chunk_kind"].reference(line)
+
+
+def _kind_indexes_choices(line):
+    if not line.startswith("data:") or line.endswith("[DONE]"):
+        return cores.CORES["chunk_kind"].reference(line)
+    chunk = json.loads(line[5:])
+    return "content" if chunk["choices"][0].get("delta", {}).get("content") else cores.CORES["chunk_kind"].reference(line)
+
+
+def _kind_parses_done(line):
+    return (
+        cores.CORES["chunk_kind"].reference(line)
+        if not line.startswith("data:")
+        else (json.loads(line[5:]) and cores.CORES["chunk_kind"].reference(line))
+    )
+
+
+def _arrivals_from_the_first_gap(num_requests, rate_rps, burstiness, seed):
+    gaps = np.random.default_rng(seed).gamma(burstiness, 1 / (rate_rps * burstiness), num_requests)
+    return np.cumsum(gaps).tolist()  # the first request waits a gap before it goes
+
+
+def _arrivals_scale_without_burstiness(num_requests, rate_rps, burstiness, seed):
+    gaps = np.random.default_rng(seed).gamma(burstiness, 1 / rate_rps, num_requests)  # mean burstiness / rate
+    return (np.cumsum(gaps) - gaps[0]).tolist()
+
+
+def _arrivals_unseeded(num_requests, rate_rps, burstiness, seed):
+    gaps = np.random.default_rng().gamma(burstiness, 1 / (rate_rps * burstiness), num_requests)
+    return (np.cumsum(gaps) - gaps[0]).tolist()
+
+
+async def _search_without_bisecting(meets, start, ceiling, max_points, resolution):
+    good, bad, rate = None, None, start
+    for _ in range(max_points):
+        if await meets(rate):
+            good = rate
+        else:
+            return good, rate
+        if rate >= ceiling:
+            break
+        rate = min(2 * rate, ceiling)
+    return good, bad
+
+
+def _search_bisecting(times=None, count_all=True):
+    async def search(meets, start, ceiling, max_points, resolution):
+        good, bad, rate, tried = None, None, start, 0
+        while tried < max_points or not count_all:
+            tried += 1
+            if await meets(rate):
+                good = rate
+            else:
+                bad = rate
+                break
+            if rate >= ceiling:
+                break
+            rate = min(2 * rate, ceiling)
+        bisections = 0
+        while good is not None and bad is not None and (bisections < times if times else bad - good > resolution * good):
+            if count_all and tried >= max_points:
+                break
+            tried, bisections = tried + 1, bisections + 1
+            middle = round((good + bad) / 2, 3)
+            good, bad = (middle, bad) if await meets(middle) else (good, middle)
+        return good, bad
+
+    search.__name__ = f"_search_bisecting_{times}_{count_all}"
+    return search
 
 
 async def _sweep_without_finally(configs, start, measure, stop):
@@ -195,7 +248,7 @@ async def _sweep_stops_what_never_started(configs, start, measure, stop):
 def _q8_codes(weights, fmt, codes_of):
     """A Q8_0 quantizer whose codes come from codes_of(block, float32 scale); Q4_0 left right."""
     if fmt != "Q8_0":
-        return lab04.quantize_blocks(weights, fmt)
+        return lab05.quantize_blocks(weights, fmt)
     blocks = np.asarray(weights, np.float32).reshape(-1, 32)
     d = np.abs(blocks).max(axis=1, keepdims=True) / 127
     codes = codes_of(blocks, d).astype(np.int8).view(np.uint8)
@@ -223,7 +276,7 @@ def _q8_float16_scale(weights, fmt):
 def _q4_packed(weights, fmt, scale_of, pack):
     """A Q4_0 quantizer with its scale from scale_of(blocks) and its nibbles packed by pack(codes); Q8_0 left right."""
     if fmt != "Q4_0":
-        return lab04.quantize_blocks(weights, fmt)
+        return lab05.quantize_blocks(weights, fmt)
     blocks = np.asarray(weights, np.float32).reshape(-1, 32)
     d = scale_of(blocks)
     inverse = np.divide(np.float32(1), d, out=np.zeros_like(d), where=d != 0)
@@ -245,13 +298,13 @@ def _q4_absmax_scale(weights, fmt):
 
 def _dq8_unsigned(data, fmt):
     if fmt != "Q8_0":
-        return lab04.dequantize_blocks(data, fmt)
+        return lab05.dequantize_blocks(data, fmt)
     blocks = np.frombuffer(data, np.uint8).reshape(-1, 34)
     return (blocks[:, :2].copy().view(np.float16).astype(np.float32) * blocks[:, 2:]).reshape(-1)
 
 
 def _dq4_no_offset(data, fmt):
-    return lab04.dequantize_blocks(data, fmt) + (8 * _scales_per_value(data) if fmt == "Q4_0" else 0)
+    return lab05.dequantize_blocks(data, fmt) + (8 * _scales_per_value(data) if fmt == "Q4_0" else 0)
 
 
 def _scales_per_value(data):
@@ -261,9 +314,9 @@ def _scales_per_value(data):
 
 def _dq4_one_scale(data, fmt):
     if fmt != "Q4_0":
-        return lab04.dequantize_blocks(data, fmt)
+        return lab05.dequantize_blocks(data, fmt)
     first = np.frombuffer(data, np.uint8)[:2].copy().view(np.float16).astype(np.float32)[0]
-    return lab04.dequantize_blocks(data, fmt) / _scales_per_value(data) * first
+    return lab05.dequantize_blocks(data, fmt) / _scales_per_value(data) * first
 
 
 def _step(x_t, cache, wq, wk, wv, *, scale=True, shift=True, attend_first=False, count=True):
@@ -374,17 +427,12 @@ MISTAKES = [  # (core, a wrong function, what the hint must name)
     ("kv_bytes_per_sequence", _kv_mla_as_heads, "MLA keeps one latent"),
     ("max_concurrency", _concurrency_by_tokens, "ceil(max_model_len / block_size)"),
     ("max_concurrency", _concurrency_partial_blocks, "pool_bytes // block_bytes"),
-    ("perplexity", _perplexity_log2, "natural logs"),
-    ("perplexity", _perplexity_of_the_sum, "not the sum"),
-    ("perplexity", _perplexity_mean_inverse, "not the mean of 1/p"),
     ("goodput", _goodput_fraction, "per second of the run"),
     ("goodput", _goodput_counts_failures, "a failed request never counts"),
     ("metrics_from_times", _tpot_per_chunk, "output tokens - 1, not by chunks"),
     ("metrics_from_times", _tpot_zero_for_one_token, "TPOT is None"),
     ("kl_lower_bound", _kl_no_rest, "rest"),
     ("kl_lower_bound", _kl_reversed, "weighted by the reference P"),
-    ("on_front", _front_strict, ">= on both, > on one"),
-    ("on_front", _front_beats_itself, "a trade-off keeps all three"),
     ("classify", _classify_by_text_only, "a 404 about no model"),
     ("classify", _classify_every_404_a_model, "the URL's path is wrong"),
     ("stream_text", _stream_reader(index_choices=True), "choices[0] would raise IndexError"),
@@ -397,6 +445,15 @@ MISTAKES = [  # (core, a wrong function, what the hint must name)
     ("closed_loop", _loop_one_at_a_time, "the users send at the same time"),
     ("closed_loop", _loop_in_arrival_order, "whatever order the answers arrive in"),
     ("closed_loop", _loop_static_batches, "static batching"),
+    ("chunk_kind", _kind_empty_content_is_a_token, "empty content is not a token"),
+    ("chunk_kind", _kind_indexes_choices, "indexing choices[0] raises"),
+    ("chunk_kind", _kind_parses_done, "`[DONE]` is not JSON"),
+    ("arrival_times_s", _arrivals_from_the_first_gap, "which goes at 0"),
+    ("arrival_times_s", _arrivals_scale_without_burstiness, "keep the mean gap at 1 / rate"),
+    ("arrival_times_s", _arrivals_unseeded, "the same seed, the same times"),
+    ("bracket", _search_without_bisecting, "then bisect"),
+    ("bracket", _search_bisecting(count_all=False), "count every measurement"),
+    ("bracket", _search_bisecting(times=2), "not a fixed number of times"),
     ("sweep_loop", _sweep_without_finally, "(try/finally)"),
     ("sweep_loop", _sweep_ends_at_a_failed_start, "then the next configuration"),
     ("sweep_loop", _sweep_starts_every_engine_first, "one engine at a time"),

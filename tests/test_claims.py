@@ -34,7 +34,7 @@ ARTICLE_CODE = REPO / "labs_lib" / "article_code.py"
 def test_every_claim_is_judged_in_the_appendix(claim):
     """The appendix (06) computes the claim in a table it calls, or reads it from the record of its lab, which calls
     the function of its measurements that names the claim's id and records that table."""
-    appendix, lab = NOTEBOOKS["06"], NOTEBOOKS[claim["lab"]]
+    appendix, lab = NOTEBOOKS["07"], NOTEBOOKS[claim["lab"]]
     computed = any(f"{name}(" in appendix and claim["claim"] in shown() for name, shown in LIBRARY_TABLES.items())
     computed |= "article_code_table(" in appendix and f'"{claim["id"]}"' in ARTICLE_CODE.read_text()
     recorded = f'articles.record(\\"{claim["lab"]}\\"' in lab
@@ -121,7 +121,7 @@ def test_the_vllm_facts_the_settings_table_cites_are_in_the_installed_vllm(vllm_
 
 def test_the_settings_table_computes_what_it_says():
     table = vllm_claims_table().set_index("source", append=True)
-    rows = {c["id"]: r for c in claims("03") for _, r in table.iterrows() if r["claim"] == c["claim"]}
+    rows = {c["id"]: r for c in claims("04") for _, r in table.iterrows() if r["claim"] == c["claim"]}
     assert rows["s004-8k-32k-order"]["verdict"] == "does not hold" and "4.0x" in rows["s004-8k-32k-order"]["computed"]
     sizes = re.findall(r"block \d+: ([\d,]+) tokens", rows["s004-smaller-block-for-oom"]["computed"])
     assert len(sizes) == 3 and max(int(s.replace(",", "")) for s in sizes) - min(int(s.replace(",", "")) for s in sizes) <= 32

@@ -1,5 +1,5 @@
 """The design tasks judge a participant's proposal with the lab's own numbers: the planner (lab 01), measured
-sweep rows (labs 02-04; here lab 03's real sweep, tests/fixtures/sweeps/README.md) and the doctor (lab 05)."""
+sweep rows (labs 02-05; here lab 04's real sweep, tests/fixtures/sweeps/README.md) and the doctor (lab 06)."""
 
 import functools
 import importlib.util
@@ -81,7 +81,7 @@ def test_a_choice_is_judged_against_the_measured_rows(batching, capsys):
 def test_an_interval_accepts_the_best_row_that_surely_or_possibly_meets_the_limit(capsys):
     import pandas as pd
 
-    # lab 04's shape: perplexity ratio to the reference with its 95% interval; the limit is 1.05
+    # lab 05's shape: perplexity ratio to the reference with its 95% interval; the limit is 1.05
     table = pd.DataFrame(
         {
             "configuration": ["Q8_0/f16", "Q5_0/f16", "Q4_0/f16", "Q4_0-PURE/f16"],
@@ -133,7 +133,7 @@ def test_a_client_design_is_judged_by_the_doctor(monkeypatch, capsys):
 
 
 def test_lab04s_task_weighs_a_kl_budget_against_a_tpot_slo_on_a_real_run(capsys):
-    """Lab 04's design task on its measured quick run (tests/fixtures/quant/README.md): KL under 0.01 and TPOT p50
+    """Lab 05's design task on its measured quick run (tests/fixtures/quant/README.md): KL under 0.01 and TPOT p50
     within 10% of the reference's, least weights + KV memory. F16 is closest in KL but over the SLO; Q8_0 meets
     both with more memory than the reference's weights with a q8_0 KV cache."""
     import pandas as pd
@@ -165,7 +165,7 @@ def test_lab04s_task_weighs_a_kl_budget_against_a_tpot_slo_on_a_real_run(capsys)
 
 
 def test_the_kv_quality_data_is_what_lab04_measured():
-    """data/kv_quality.json's rows are tools/kv_quality.py's reading of lab 04's saved tables (tests/fixtures/quant):
+    """data/kv_quality.json's rows are tools/kv_quality.py's reading of lab 05's saved tables (tests/fixtures/quant):
     the same KL figures, nothing typed in by hand."""
     spec = importlib.util.spec_from_file_location("kv_quality", REPO / "tools" / "kv_quality.py")
     tool = importlib.util.module_from_spec(spec)

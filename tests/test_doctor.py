@@ -54,7 +54,7 @@ def test_healthy_setup_passes_every_check(engine):
 
 
 def test_lab05_exercise_setups_fail_at_the_steps_the_lab_grades_by(engine):
-    """Lab 05's exercises are graded by Report.first_failed_step on these two setups: a misspelled host name fails
+    """Lab 06's exercises are graded by Report.first_failed_step on these two setups: a misspelled host name fails
     reachability (2) before any request; no key variable on a loopback address is let through configuration and
     the server's 401 fails authentication (4)."""
     ep = endpoint_for(engine)
@@ -318,7 +318,7 @@ def test_a_report_becomes_one_row_naming_its_first_failure_else_its_first_warnin
 def test_each_failure_is_named_by_the_participants_classify_before_the_doctor():
     import httpx
 
-    from labs_lib.cores.lab05 import classify
+    from labs_lib.cores.lab06 import classify
     from labs_lib.doctor.troubleshoot import attempt, table
 
     refused = attempt("dead port", lambda: httpx.get("http://127.0.0.1:9/v1/models", timeout=30))

@@ -47,11 +47,11 @@ def test_on_a_gpu_auto_is_vllm_and_the_labs_take_the_gpu_grids_and_models(on_a_g
 
     assert registry.resolve_kind("auto") == "vllm"
     assert vllm_engine.VLLMEngine.grid_family() == "gpu"
-    lab03 = params.lab03(
+    lab04 = params.lab04(
         engine="auto", model=None, slo_ttft_ms=2000, slo_tpot_ms=100, resume=False, quick=True, interactive=False
     )
-    assert lab03.engine == "vllm" and lab03.grid_prefix == "gpu"
-    lab04 = params.lab04(
+    assert lab04.engine == "vllm" and lab04.grid_prefix == "gpu"
+    lab05 = params.lab05(
         engine="auto",
         variants=["Q4_K_M"],
         kv_dtypes=["f16"],
@@ -60,8 +60,8 @@ def test_on_a_gpu_auto_is_vllm_and_the_labs_take_the_gpu_grids_and_models(on_a_g
         quick=True,
         interactive=False,
     )
-    assert lab04.vllm_models == [dict(m) for m in GPU_MODEL_FAMILIES["shipped"]] and not lab04.weight_variants
-    assert lab04.vllm_note == ""  # quick leaves nothing out on a GPU: the card starts them in seconds, not minutes
+    assert lab05.vllm_models == [dict(m) for m in GPU_MODEL_FAMILIES["shipped"]] and not lab05.weight_variants
+    assert lab05.vllm_note == ""  # quick leaves nothing out on a GPU: the card starts them in seconds, not minutes
     on_a_gpu["cards"] = []  # a CUDA vLLM but no card answering: auto is the embedded engine
     assert registry.resolve_kind("auto") == "llamacpp"
 
@@ -98,7 +98,7 @@ def test_on_a_gpu_a_start_checks_the_card_before_anything_runs(on_a_gpu):
 
 
 def test_on_a_gpu_lab03_prices_a_token_by_the_catalogues_range_for_the_card(on_a_gpu, monkeypatch):
-    """On CPU lab 03 has no price unless given one; on a GPU the catalogue's sourced range for the card NVML names
+    """On CPU lab 04 has no price unless given one; on a GPU the catalogue's sourced range for the card NVML names
     (its midpoint) stands in, and a card without a price says so."""
     from labs_lib import sweep_views
     from labs_lib.catalogs import gpu_price
@@ -132,7 +132,7 @@ def test_on_a_gpu_a_sweep_point_counts_the_cards_joules_by_nvml(on_a_gpu, monkey
 
 
 def test_on_a_gpu_a_start_waits_while_a_stopped_engines_memory_comes_back(on_a_gpu, monkeypatch):
-    """Lab 03's next configuration starts a moment after the last one was stopped: NVML still counts the stopped
+    """Lab 04's next configuration starts a moment after the last one was stopped: NVML still counts the stopped
     engine's memory, then frees it. The check reads the card again while memory comes back, and starts."""
     from labs_lib.engines.base import Engine
 
@@ -166,7 +166,7 @@ def test_on_a_gpu_vllms_own_refusal_names_who_holds_the_card(on_a_gpu):
 
 
 def test_on_a_gpu_lab03_plans_each_pool_with_the_cards_step_budget(on_a_gpu, monkeypatch):
-    """Lab 03's table beside vLLM's pools plans with the card's max_num_batched_tokens and async scheduling's two
+    """Lab 04's table beside vLLM's pools plans with the card's max_num_batched_tokens and async scheduling's two
     batches in flight (an H100: 8,192 x 2), not the 2,048 of a card it does not know."""
     import pandas as pd
 
@@ -324,7 +324,7 @@ def test_lab01_plans_the_card_by_its_catalogue_name_with_the_memory_nvml_reports
 
 
 def test_on_a_gpu_lab03_sets_ttft_beside_the_pool_it_gave_vllm():
-    """Lab 03's GPU pool grid states its pool in bytes (kv_cache_gib): the check "does a bigger pool cut TTFT"
+    """Lab 04's GPU pool grid states its pool in bytes (kv_cache_gib): the check "does a bigger pool cut TTFT"
     reads it there as on CPU (it grouped by kv_cache_gib while the GPU grid turned the utilization, so it never ran)."""
     import pandas as pd
 

@@ -15,7 +15,7 @@ def test_a_quick_run_renders_as_pages_with_figures_and_an_index(tmp_path, capsys
     assert f"readable without running: {tmp_path / 'html' / 'index.html'}" in capsys.readouterr().out
     index = (tmp_path / "html" / "index.html").read_text()
     linked = re.findall(r'<a href="([^"]+)">', index)
-    assert linked == ["01_kv_cache_memory.html", "06_articles_checked.html"] and index.count("<td>ok</td>") == 2
+    assert linked == ["01_kv_cache_memory.html", "07_articles_checked.html"] and index.count("<td>ok</td>") == 2
     lab01, appendix = ((tmp_path / "html" / name).read_text() for name in linked)
     assert lab01.count("data:image/png;base64,") >= 3 and "KV-cache memory math" in lab01  # its figures, embedded
     assert "computed now" in appendix and "not written yet" not in lab01

@@ -291,10 +291,10 @@ def test_the_planner_reserves_what_vllm_033_reserves_for_sliding_window_layers_o
     full_blocks = 2048 // 16
     assert gpu.blocks_per_request == full_blocks + 5 * swa_gpu  # 1 full group, 5 sliding groups of 3 layers
     assert on_cpu.blocks_per_request == full_blocks + 5 * swa_cpu
-    # lab 03's table plans each pool with the card's budget: the same pool holds fewer requests than with 2,048 assumed
+    # lab 04's table plans each pool with the card's budget: the same pool holds fewer requests than with 2,048 assumed
     long = plan_capacity("gemma-3-270m", 8192, available_kv_gib=4, gpu=card)
     assert long.blocks_per_request == 8192 // 16 + 5 * swa_gpu_long
-    assumed = plan_capacity("gemma-3-270m", 8192, available_kv_gib=4, async_scheduling=False)  # what lab 03 planned
+    assumed = plan_capacity("gemma-3-270m", 8192, available_kv_gib=4, async_scheduling=False)  # what lab 04 planned
     assert assumed.max_concurrency / long.max_concurrency == pytest.approx({"H100-SXM": 2.34, "L4": 1.49}[card], abs=0.01)
 
 

@@ -137,8 +137,8 @@ def test_a_sweep_sends_each_points_drawn_lengths(tmp_path):
 
 
 @pytest.mark.engine
-def test_lab02s_trace_run_matches_the_fixed_runs_mean_work_and_sends_the_drawn_lengths(starts_engine):
-    """experiments.trace_beside_fixed, as lab 02 runs it: the same concurrency and number of requests as a fixed run,
+def test_lab03s_trace_run_matches_the_fixed_runs_mean_work_and_sends_the_drawn_lengths(starts_engine):
+    """experiments.trace_beside_fixed, as lab 03 runs it: the same concurrency and number of requests as a fixed run,
     lengths from the trace scaled to the fixed run's mean prompt + output tokens, capped at the slot's context."""
     from labs_lib.endpoints import endpoint_for
     from labs_lib.engines import EngineConfig
@@ -164,7 +164,7 @@ def test_lab02s_trace_run_matches_the_fixed_runs_mean_work_and_sends_the_drawn_l
     assert table["output max"].iloc[0] == 16 and table["output max"].iloc[1] == max(g for _, g in pairs)
 
 
-def test_lab02s_trace_table_reports_failures_as_data_when_nothing_answers():
+def test_lab03s_trace_table_reports_failures_as_data_when_nothing_answers():
     """No server on the port: every request of both runs fails at once; the table counts them, no exception."""
     from labs_lib.endpoints import Endpoint
     from labs_lib.experiments import trace_beside_fixed

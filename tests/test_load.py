@@ -83,7 +83,7 @@ def test_a_one_token_reply_meets_a_tpot_limit_as_vllm_bench_serve_counts_it():
     """vLLM's benchmark (vllm/benchmarks/serve.py, calculate_metrics, 0.32 and 0.33): "if output_len <= 1, we regard
     tpot as 0 for goodput". The labs' goodput (SLO.met) and the goodput build-it's reference count it the same way;
     a failed request still never counts, and a reply whose TPOT is missing for another reason does not meet a limit."""
-    from labs_lib.cores.lab03 import goodput
+    from labs_lib.cores.lab04 import goodput
     from labs_lib.load import SLO, summarize
     from labs_lib.timing import RequestRecord
 

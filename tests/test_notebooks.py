@@ -1,10 +1,10 @@
 """Every lab notebook, executed headlessly through the runner with the CPU defaults (quick), with
 canary keys in the environment: a "TaoToken" that is really a second embedded engine requiring the
-TaoToken canary (so lab 02's remote section runs and sends it), a VLLM_API_KEY canary, and lab 05's
+TaoToken canary (so lab 02's remote section runs and sends it), a VLLM_API_KEY canary, and lab 06's
 engine key. No canary, and no unmasked sk- string, may reach an executed notebook's outputs or
 metadata, the runner's printed lines, or an engine log.
 
-Labs 02-04 on the embedded engine run whole in JupyterLab (tests/test_browser.py) wherever a browser can, so they run
+Labs 02-05 on the embedded engine run whole in JupyterLab (tests/test_browser.py) wherever a browser can, so they run
 headless here only where none can: one run of each path, not two (about four minutes of a CI run). Their headless
 runs on vLLM (test_lab_runs_on_vllm) carry the canaries and lab 02's TaoToken section."""
 
@@ -54,7 +54,7 @@ def _check_no_leaks(output, capsys, canaries, started: float) -> str:
     return outputs
 
 
-IN_THE_BROWSER = ("02", "03", "04")  # run whole in JupyterLab by tests/test_browser.py, on the embedded engine
+IN_THE_BROWSER = ("03", "04", "05")  # run whole in JupyterLab by tests/test_browser.py, on the embedded engine
 
 
 AS_WRITTEN = ("01",)  # run by `labs run --as-written`: a participant's view of build-it cells left unwritten
@@ -83,9 +83,9 @@ def _shows_what_every_run_must(executed: dict, lab: str, outputs: str, as_writte
     assert not [o for o in streams if re.search("\r(?!\n)", "".join(o["text"]))], "a bar's intermediate frames were saved"
     images = [o for c in executed["cells"] for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
     assert images, "every lab draws its figures headless too"
-    if lab == "06":  # the appendix computed the KV and settings verdicts, and read lab 05's record (run just before)
+    if lab == "07":  # the appendix computed the KV and settings verdicts, and read lab 06's record (run just before)
         assert "computed now" in outputs and "seed 004" in outputs
-        assert "measured in lab 05" in outputs or not (RESULTS_DIR / "articles" / "lab05.json").exists()
+        assert "measured in lab 06" in outputs or not (RESULTS_DIR / "articles" / "lab06.json").exists()
     if lab == "02":  # the canary run is a test only if the key was used, and accepted
         assert "taotoken" in outputs and "TaoToken: not measured" not in outputs and "TaoToken: skipped" not in outputs
 
@@ -95,20 +95,20 @@ def _shows_what_every_run_must(executed: dict, lab: str, outputs: str, as_writte
 def test_notebook_runs_headlessly(notebook, tmp_path, canaries, capsys, monkeypatch):
     if notebook.stem.startswith(IN_THE_BROWSER) and not browser_missing():
         pytest.skip("run whole on the embedded engine in JupyterLab by tests/test_browser.py")
-    lab05_key = None
-    if notebook.stem.startswith("05"):
-        # Lab 05 sends, refuses and diagnoses its key; here the key is short and has another provider's prefix,
+    lab06_key = None
+    if notebook.stem.startswith("06"):
+        # Lab 06 sends, refuses and diagnoses its key; here the key is short and has another provider's prefix,
         # so only the masking of the exact value read from the environment (redact.remember) can hide it.
-        lab05_key = "gsk_" + secrets.token_hex(8)
-        monkeypatch.setenv("LAB05_API_KEY", lab05_key)
-        canaries = {**canaries, "LAB05_API_KEY": lab05_key}
+        lab06_key = "gsk_" + secrets.token_hex(8)
+        monkeypatch.setenv("LAB06_API_KEY", lab06_key)
+        canaries = {**canaries, "LAB06_API_KEY": lab06_key}
     started = time.time()
     lab, as_written = notebook.stem[:2], notebook.stem.startswith(AS_WRITTEN)
     if as_written:
         assert cli.main(["run", "--only", lab, "--as-written", "--out", str(tmp_path)]) == 0
         output = tmp_path / notebook.name
     else:
-        # the embedded engine, as in the browser (lab 03's "auto" would take vLLM where installed)
+        # the embedded engine, as in the browser (lab 04's "auto" would take vLLM where installed)
         result = runner.run_series([notebook], engine="llamacpp", quick=True, out_dir=tmp_path, progress=False)[0]
         assert result.status == "ok", f"{result.error}\n{result.cell_source}"
         output = result.output
@@ -116,8 +116,8 @@ def test_notebook_runs_headlessly(notebook, tmp_path, canaries, capsys, monkeypa
     _shows_what_every_run_must(json.loads(output.read_text()), lab, outputs, as_written)
     if lab == "01":  # the formula the lab goes on with reproduces every published per-token figure
         assert re.search(r"kv_bytes_per_sequence \((?:yours|the library's)\) matches (\d+) of \1 published", outputs)
-    if lab05_key:  # the key was used and shown, masked (outputs are JSON text)
-        assert json.dumps("gs…" + lab05_key[-4:])[1:-1] in outputs
+    if lab06_key:  # the key was used and shown, masked (outputs are JSON text)
+        assert json.dumps("gs…" + lab06_key[-4:])[1:-1] in outputs
         if find_vllm():  # seed 001's api_key="EMPTY", judged by what vLLM served and what the SDK refuses
             assert "a vLLM started without --api-key served every key here, so a 401 from it never means" in outputs
             assert "The placeholder is there for the SDK, which refuses to build a client without a key" in outputs
@@ -125,13 +125,9 @@ def test_notebook_runs_headlessly(notebook, tmp_path, canaries, capsys, monkeypa
 
 
 ON_VLLM = {  # what each lab must show when vLLM (on CPU here) is its engine
-    "02": (
-        "started vllm",
-        "role-only chunk at",
-        "the harness's token counts equal the engine's /metrics counters",
-        "ttft_first_choice_ms_p50",
-    ),
-    "03": (
+    "02": ("started vllm", "role-only chunk at", "ttft_first_choice_ms_p50"),
+    "03": ("started vllm", "the harness's token counts equal the engine's /metrics counters", "the rates were chosen by bracket"),
+    "04": (
         "grids data/grids/vllm_cpu_*.yaml",
         "planned max concurrency",
         "nothing to turn here",
@@ -140,11 +136,11 @@ ON_VLLM = {  # what each lab must show when vLLM (on CPU here) is its engine
         "three_system_prompts",
         "at $0.08 per device-hour (usd_per_device_hour, as given): cheapest $",
     ),
-    "04": ("engine vllm", "gemma-3-270m", "float32 weights left out", "fp8"),
+    "05": ("engine vllm", "gemma-3-270m", "float32 weights left out", "fp8"),
 }
-# lab 03 priced as a participant on a 2-vCPU cloud machine would price it (AWS m7g.large on demand, us-east-1, June
+# lab 04 priced as a participant on a 2-vCPU cloud machine would price it (AWS m7g.large on demand, us-east-1, June
 # 2026: 0.0816 USD an hour): section 9's cost per token runs on vLLM; the llama.cpp run in the browser has no price
-ON_VLLM_PARAMS = {"03": {"usd_per_device_hour": 0.0816}}
+ON_VLLM_PARAMS = {"04": {"usd_per_device_hour": 0.0816}}
 
 
 @pytest.mark.notebook
@@ -152,12 +148,12 @@ ON_VLLM_PARAMS = {"03": {"usd_per_device_hour": 0.0816}}
 @pytest.mark.parametrize("lab", sorted(ON_VLLM))
 def test_lab_runs_on_vllm(lab, tmp_path, canaries, capsys):
     """The labs with an engine parameter on vLLM (on CPU it serves the same Gemma 3 270M): each lab's vLLM path runs
-    end to end, and no canary leaks. Lab 03 runs as a participant opens it, engine "auto" (vLLM wherever it is
-    installed) at its default sizes; labs 02 and 04 name vLLM (their "auto" takes it on a GPU only, and their
+    end to end, and no canary leaks. Lab 04 runs as a participant opens it, engine "auto" (vLLM wherever it is
+    installed) at its default sizes; labs 02, 03 and 05 name vLLM (their "auto" takes it on a GPU only, and their
     default here, llama.cpp, is test_notebook_runs_headlessly's and the browser's)."""
     require_vllm()
     started = time.time()
-    engine = "auto" if lab == "03" else "vllm"
+    engine = "auto" if lab == "04" else "vllm"
     result = runner.run_series(
         runner.discover(lab), params=ON_VLLM_PARAMS.get(lab), engine=engine, quick=True, out_dir=tmp_path, progress=False
     )[0]

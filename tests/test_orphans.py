@@ -207,8 +207,8 @@ def sweep_then_signal(sig: signal.Signals, tmp_path: Path, tag: str, delay_s: fl
 
 
 def runner_then_signal(sig: signal.Signals, tmp_path: Path, tag: str, delay_s: float = 1.0, engine: str = "llamacpp") -> None:
-    # lab 05 starts llama.cpp engines first; lab 02 takes the engine parameter
-    args = ["--only", "05"] if engine == "llamacpp" else ["--engine", "vllm", "--only", "02"]
+    # lab 06 starts llama.cpp engines first; lab 02 takes the engine parameter
+    args = ["--only", "06"] if engine == "llamacpp" else ["--engine", "vllm", "--only", "02"]
     proc = launch(["run", *args, "--out", str(tmp_path / "runs")], tag)
     with cleaned_up_on_failure(proc, tag):
         pids = wait_for(lambda: engine_running(engine, tag), START_S[engine] + 120, "the notebook's engine")

@@ -82,10 +82,10 @@ def test_notebooks_committed_clean(path):
     tagged = [c for c in code if "parameters" in c.get("metadata", {}).get("tags", [])]
     assert len(tagged) == 1, "exactly one cell tagged 'parameters'"
     # the appendix starts no engine and has no sizes; every lab has its quick and full sizes
-    assert "quick" in "".join(tagged[0]["source"]) or path.name.startswith("06_")
-    # `interactive` only where it turns a widget on (the explorers of labs 01-04; lab 05 has none), and then
+    assert "quick" in "".join(tagged[0]["source"]) or path.name.startswith("07_")
+    # `interactive` only where it turns a widget on (the explorers of labs 01-05; lab 06 has none), and then
     # that widget's class is used in the notebook
-    explorers = {"01": "KVExplorer", "02": "LatencyExplorer", "03": "SweepExplorer", "04": "QuantExplorer"}
+    explorers = {"01": "KVExplorer", "03": "LatencyExplorer", "04": "SweepExplorer", "05": "QuantExplorer"}
     assert ("interactive" in "".join(tagged[0]["source"])) == (path.name[:2] in explorers), path.name
     if path.name[:2] in explorers:
         assert explorers[path.name[:2]] in "".join("".join(c["source"]) for c in code), path.name

@@ -1,4 +1,4 @@
-"""Lab 04's quality measures: KL divergence from top-K reports (a lower bound) and block-bootstrap intervals."""
+"""Lab 05's quality measures: KL divergence from top-K reports (a lower bound) and block-bootstrap intervals."""
 
 import math
 

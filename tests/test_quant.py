@@ -1,4 +1,4 @@
-"""Lab 04's machinery: variants built from the shipped model, the teacher-forced scorer, the comparison."""
+"""Lab 05's machinery: variants built from the shipped model, the teacher-forced scorer, the comparison."""
 
 import json
 
@@ -69,10 +69,10 @@ def test_roundtrip_error_grows_as_bits_shrink():
 
 
 def test_a_participants_block_quantizer_is_judged_against_the_file_llama_cpps_quantizer_wrote():
-    from labs_lib.cores import lab04
+    from labs_lib.cores import lab05
 
     quant.build_variant("Q4_0-PURE", progress=False)
-    agreed = quant.file_agreement(["Q4_K_M", "Q4_0-PURE"], lab04.quantize_blocks, tensors_per_format=1)
+    agreed = quant.file_agreement(["Q4_K_M", "Q4_0-PURE"], lab05.quantize_blocks, tensors_per_format=1)
     assert list(agreed.variant) == ["Q4_0-PURE"] and agreed.blocks.iloc[0] > 1000  # the original is no variant
     assert (agreed.blocks_equal == agreed.blocks).all(), agreed
 
@@ -85,7 +85,7 @@ def test_a_participants_block_quantizer_is_judged_against_the_file_llama_cpps_qu
     wrong = quant.file_agreement(["Q4_0-PURE"], numpy_round, tensors_per_format=1)
     assert (wrong.blocks_equal < wrong.blocks / 2).all(), wrong
     # the round trip through the participant's functions is the round trip through llama.cpp's
-    codec = quant.roundtrip_error(formats=("Q8_0", "Q4_0"), codec=(lab04.quantize_blocks, lab04.dequantize_blocks))
+    codec = quant.roundtrip_error(formats=("Q8_0", "Q4_0"), codec=(lab05.quantize_blocks, lab05.dequantize_blocks))
     assert codec.equals(quant.roundtrip_error(formats=("Q8_0", "Q4_0"))), codec
 
 
@@ -197,7 +197,7 @@ def test_kv_slots_within_follows_the_llamacpp_layout():
     [("configurations-vllm-quick.csv", "measured on vLLM"), ("configurations-llamacpp-quick.csv", "computed with vLLM's layout")],
 )
 def test_the_fp8_kv_verdict_is_vllms_fp8_measured_or_computed_never_llamacpps_q8_0(recorded, how):
-    """Seed 001's fp8 KV claim: from the tokens vLLM's pool held with fp8 and with the 16-bit cache (a recorded lab 04
+    """Seed 001's fp8 KV claim: from the tokens vLLM's pool held with fp8 and with the 16-bit cache (a recorded lab 05
     run on vLLM), else vLLM's per-token bytes; llama.cpp's q8_0 (34 bytes per 32 values) is another format."""
     import pandas as pd
 

@@ -1,7 +1,8 @@
-"""Lab 03's exercises and design task: the mean TTFT when closed-loop users outnumber an engine's one slot, as a
-first-come, first-served queue predicts it (load.one_at_a_time_mean_ttft_ms), worked by hand and measured on
-the real embedded engine; the prefix cache's TTFT were it only the tokens computed (sweep_views.cache_ttft_means);
-the design task's KV per point (sweep_views.kv_needed_table)."""
+"""Queues and the sweep views lab 04's exercise and design task read: the mean TTFT when closed-loop users
+outnumber an engine's one slot, as a first-come, first-served queue predicts it (load.one_at_a_time_mean_ttft_ms),
+worked by hand and measured on the real embedded engine, with Little's law on the same run (lab 03's exercise);
+the prefix cache's TTFT were it only the tokens computed (sweep_views.cache_ttft_means); the design task's KV per
+point (sweep_views.kv_needed_table)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from labs_lib.errors import BadInput
 from labs_lib.kv_math import MIB, kv_cache
 from labs_lib.load import in_flight_means, one_at_a_time_mean_ttft_ms, run_blocking, run_load
 from labs_lib.prompts import PromptFactory, engine_tokenizer
-from labs_lib.sweep_views import cache_ttft_means, kv_needed_table, one_slot_queue, slots_between
+from labs_lib.sweep_views import cache_ttft_means, kv_needed_table
 from labs_lib.timing import RequestRecord, RequestSpec
 
 
@@ -48,7 +49,7 @@ def _row(parallel: int, concurrency: int, mean_ttft: float, mean_e2e: float, goo
     }
 
 
-def test_the_sweep_views_read_the_one_slot_runs_and_the_kv_each_point_holds():
+def test_the_design_tasks_view_holds_the_kv_each_point_needs():
     rows = [
         (1, 1, 170, 1030, 0.97, 174),
         (1, 4, 2490, 3340, 0.24, 3337),
@@ -56,18 +57,12 @@ def test_the_sweep_views_read_the_one_slot_runs_and_the_kv_each_point_holds():
         (4, 4, 618, 1500, 2.09, 677),
     ]
     df = pd.DataFrame([_row(*r) for r in rows])
-    queue = one_slot_queue(df)
-    assert (queue["config"], queue["concurrency"], queue["requests"]) == ("parallel=1", 4, 8)
-    assert queue["measured_mean_ttft_ms"] == 2490 and queue["queue_mean_ttft_ms"] == pytest.approx(170 + 2.25 * 1030)
     table, why = kv_needed_table(df, "gemma-3-270m")
     assert why is None and list(table["sequences at once"]) == [1, 1, 1, 4]
     one_sequence = kv_cache("gemma-3-270m", 96, 1, "fp16").kv_bytes / MIB  # 64 prompt + 32 output tokens
     assert table["KV MiB needed"].tolist() == pytest.approx([one_sequence] * 3 + [4 * one_sequence])
     assert table["goodput per KV MiB"].iloc[3] == pytest.approx(2.09 / (4 * one_sequence))
     assert kv_needed_table(df, "no-such-model")[0] is None and "no-such-model" in kv_needed_table(df, "no-such-model")[1]
-    assert slots_between(df) == {"parallel": 2, "concurrency": 4}  # half of 4 slots, at the busiest load
-    assert slots_between(df[df["config.parallel"] == 1]) is None
-    assert slots_between(df.assign(**{"config.parallel": df["config.parallel"].replace(4, 2)})) is None  # none between 1 and 2
 
 
 def test_littles_law_by_hand():
@@ -130,7 +125,7 @@ def test_on_the_engine_users_beyond_one_slot_wait_as_the_queue_predicts(one_slot
     busy = busy_run.summary
     # one slot never idles while users queue: the run's duration / N is its mean service time, measured under the
     # same load as its waits (on a busy machine the run alone may have seen other neighbours; on a quiet one the
-    # two agree, and lab 03 uses the run alone)
+    # two agree)
     service_ms = 1000 * busy.duration_s / 8
     predicted = one_at_a_time_mean_ttft_ms(alone.ttft_ms.mean, service_ms, 4, 8)
     # a steady-state guess (every request behind C - 1) would be (3 - 2.25) / 2.25 = 33% over; no queue at all, 90% under

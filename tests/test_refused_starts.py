@@ -1,6 +1,6 @@
-"""Labs 02-05 on a GPU instance whose card another engine holds: every vLLM start is refused with vLLM 0.33's own
+"""Labs 02-06 on a GPU instance whose card another engine holds: every vLLM start is refused with vLLM 0.33's own
 "Free memory on device …" error (tests/fixtures/vllm/refusing_python, the CUDA build as the labs find it; no GPU
-needed). Labs 03 and 04 complete, each configuration that could not start a row with vLLM's reason; labs 02 and 05,
+needed). Labs 04 and 05 complete, each configuration that could not start a row with vLLM's reason; labs 02 and 06,
 which need their one engine, stop with that reason in one line — never a KeyError or an IndexError."""
 
 import json
@@ -32,19 +32,19 @@ def _outputs(notebook: Path) -> tuple[str, list[dict]]:
 
 
 @pytest.mark.notebook
-@pytest.mark.parametrize("lab", ["03", "04"])
+@pytest.mark.parametrize("lab", ["04", "05"])
 def test_a_sweep_lab_completes_with_each_refused_configuration_a_row(lab, card_held, tmp_path):
     result = runner.run_series(runner.discover(lab), engine="vllm", quick=True, out_dir=tmp_path, progress=False)[0]
     assert result.status == "ok", f"{result.error}\n{result.cell_source}"
     text, outputs = _outputs(result.output)
     assert not [o for o in outputs if o.get("output_type") == "error"]
     assert REFUSAL in text  # each failed configuration's row carries vLLM's own reason
-    assert "engine did not start" in text if lab == "03" else "vllm failed to start" in text
-    assert ("no Pareto front: no configuration started" if lab == "03" else "nothing to plot: no configuration started") in text
+    assert "engine did not start" in text if lab == "04" else "vllm failed to start" in text
+    assert ("no Pareto front: no configuration started" if lab == "04" else "nothing to plot: no configuration started") in text
 
 
 @pytest.mark.notebook
-@pytest.mark.parametrize("lab", ["02", "05"])
+@pytest.mark.parametrize("lab", ["02", "06"])
 def test_a_one_engine_lab_stops_with_the_reason_in_one_line(lab, card_held, tmp_path):
     result = runner.run_series(runner.discover(lab), engine="vllm", quick=True, out_dir=tmp_path, progress=False)[0]
     assert result.status == "failed"

@@ -83,7 +83,7 @@ def test_decode_step_flops_follow_the_published_count_and_the_window():
 
 
 def test_decode_reads_the_cards_bandwidth_on_a_gpu_and_this_machines_on_the_cpu(monkeypatch):
-    """Lab 02's roofline on a GPU instance divided by the host's DRAM bandwidth. A fake NVML reading stands
+    """Lab 03's roofline on a GPU instance divided by the host's DRAM bandwidth. A fake NVML reading stands
     for the card (no GPU here); an engine on the CPU, or a card the catalogue lacks, gets the measured DRAM."""
     from labs_lib import roofline
     from labs_lib.gpu import GPUReading

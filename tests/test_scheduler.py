@@ -1,4 +1,4 @@
-"""The continuous-batching simulation lab 03 runs the participant's scheduler in: calibrated on the one-user point,
+"""The continuous-batching simulation lab 04 runs the participant's scheduler in: calibrated on the one-user point,
 it gives that point back, queues requests behind one slot, and sets every measured point beside its prediction."""
 
 from __future__ import annotations

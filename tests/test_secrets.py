@@ -93,7 +93,7 @@ def test_sweep_with_a_keyed_engine(keyed, tmp_path):
     keys, _, _ = keyed
     grid = tmp_path / "grid.yaml"
     grid.write_text(
-        "name: keyed\nengine: llamacpp\nbase: {ctx: 512, api_key_env: LAB05_API_KEY}\naxes: {parallel: [1]}\n"
+        "name: keyed\nengine: llamacpp\nbase: {ctx: 512, api_key_env: LAB06_API_KEY}\naxes: {parallel: [1]}\n"
         "workloads: [{name: tiny, concurrency: [1], requests: 2, prompt_tokens: 16, max_tokens: 4}]\n"
     )
     out = tmp_path / "rows.jsonl"
@@ -124,7 +124,7 @@ def test_doctor_right_wrong_and_config_file(keyed, tmp_path):
     assert wrong.returncode == 1 and "auth" in wrong.stdout.lower()
     # a config file with the key pasted in (the articles' way): reported masked, never echoed
     config = tmp_path / "client.json"
-    config.write_text(json.dumps({"base_url": engine.base_url, "api_key": keys["LAB05_API_KEY"], "model": engine.model_id}))
+    config.write_text(json.dumps({"base_url": engine.base_url, "api_key": keys["LAB06_API_KEY"], "model": engine.model_id}))
     pasted = run_cli("doctor", "--config", str(config), "--json")
     assert pasted.returncode in (0, 1)
     assert_clean(keys, right.stdout, right.stderr, wrong.stdout, wrong.stderr, pasted.stdout, pasted.stderr)

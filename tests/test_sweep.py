@@ -138,7 +138,7 @@ def test_sweep_runs_writes_rows_and_resumes(tmp_path):
 
 @pytest.mark.engine
 def test_a_kept_engine_serves_the_next_grid_of_its_configuration_and_stops_at_close(tmp_path):
-    """Lab 03's saving: the first grid's last engine serves the second grid's points of the same configuration
+    """Lab 04's saving: the first grid's last engine serves the second grid's points of the same configuration
     (that configuration first), a different configuration stops it, and close() stops the last one."""
     from labs_lib.sweep import KeptEngine
 
@@ -173,7 +173,7 @@ def test_a_configuration_that_cannot_start_becomes_rows_and_the_sweep_goes_on(tm
 
 @pytest.mark.engine
 def test_a_participants_loop_runs_the_sweep_and_what_it_forgets_to_stop_is_stopped(tmp_path):
-    """Lab 03 hands its participant's sweep_loop to run_sweep: a loop that forgets stop() still runs every point,
+    """Lab 04 hands its participant's sweep_loop to run_sweep: a loop that forgets stop() still runs every point,
     and run_sweep stops the engines it left running before it returns."""
     seen = []
 
@@ -260,13 +260,13 @@ def test_child_guard_stops_the_server_when_its_parent_is_killed(tmp_path):
 
 
 def test_every_lab03_experiment_has_a_grid_for_each_engine():
-    """Lab 03 loads data/grids/{cpu,gpu}_<name>.yaml for each experiment (issue 12: gpu_flash_attention was missing)."""
+    """Lab 04 loads data/grids/{cpu,gpu}_<name>.yaml for each experiment (issue 12: gpu_flash_attention was missing)."""
     import json
     import re
 
     from conftest import REPO
 
-    cells = json.loads((REPO / "notebooks" / "03_vllm_tuning_sweeps.ipynb").read_text())["cells"]
+    cells = json.loads((REPO / "notebooks" / "04_vllm_tuning_sweeps.ipynb").read_text())["cells"]
     names = set(re.findall(r'experiment\("(\w+)"\)', "".join("".join(c["source"]) for c in cells)))
     assert len(names) >= 5
     for name in sorted(names):
@@ -275,7 +275,7 @@ def test_every_lab03_experiment_has_a_grid_for_each_engine():
 
 
 def test_cache_hit_table_keeps_the_load_level_so_off_and_on_compare_at_the_same_concurrency():
-    """gpu_prefix_cache.yaml runs both configurations at concurrency 1 and 8; lab 03 compared "off at 1"
+    """gpu_prefix_cache.yaml runs both configurations at concurrency 1 and 8; lab 04 compared "off at 1"
     with "on at 8" (issue 12). The table now carries the concurrency to pair rows by."""
     import pandas as pd
 
@@ -297,7 +297,7 @@ def test_cache_hit_table_keeps_the_load_level_so_off_and_on_compare_at_the_same_
 
 
 def test_a_quick_grid_may_leave_its_knob_to_the_full_run():
-    """A grid's quick section can say why a quick run turns nothing (lab 03 prints it); the full run and the
+    """A grid's quick section can say why a quick run turns nothing (lab 04 prints it); the full run and the
     CLI's explicit --quick keep every configuration."""
     path = DATA_DIR / "grids" / "vllm_cpu_kv_dtype.yaml"
     quick, full = load_grid(path, quick=True), load_grid(path)
@@ -308,7 +308,7 @@ def test_a_quick_grid_may_leave_its_knob_to_the_full_run():
 
 def test_every_vllm_grid_sends_load_so_its_preemptions_are_measured():
     """vLLM's pool rows report vllm:num_preemptions (engines.vllm.kv_pool_row); the GPU pool grid sent no load,
-    and lab 03 printed "preempted 0 times" for a counter never read. Quick and full, CPU and GPU."""
+    and lab 04 printed "preempted 0 times" for a counter never read. Quick and full, CPU and GPU."""
     from labs_lib.sweep import grid_configs
 
     grids = {name for name, _ in grid_configs("vllm")}
@@ -319,7 +319,7 @@ def test_every_vllm_grid_sends_load_so_its_preemptions_are_measured():
 
 
 def test_a_grid_says_where_it_leaves_vllms_defaults():
-    """Lab 03's GPU grids switched prefix caching and chunked prefill off without saying that vLLM runs them on by
+    """Lab 04's GPU grids switched prefix caching and chunked prefill off without saying that vLLM runs them on by
     default: each vLLM grid's note names the default beside what the grid sets, and flags a baseline that is not it."""
     from labs_lib.sweep import defaults_note
 
@@ -534,7 +534,7 @@ def test_a_rerun_retries_the_points_that_failed_and_keeps_the_newest_row(tmp_pat
 
 
 def test_two_runs_never_write_one_results_file(tmp_path):
-    """Lab 03 open in two notebooks (or a notebook and `labs sweep`) on the same results file: the second run is
+    """Lab 04 open in two notebooks (or a notebook and `labs sweep`) on the same results file: the second run is
     refused in one line naming the process that writes it, and the file gets no row from it."""
     from labs_lib.errors import LabsError
 

@@ -288,7 +288,7 @@ def test_scoring_without_a_bos_leaves_out_the_token_that_has_no_context():
 
 
 def test_a_configuration_that_cannot_run_is_a_row_with_its_reason():
-    """Lab 04 on vLLM: one configuration that cannot start (here a KV type vLLM does not have; on a GPU a
+    """Lab 05 on vLLM: one configuration that cannot start (here a KV type vLLM does not have; on a GPU a
     download, an OOM, a kernel the card lacks) is a row with its one-line reason, and the comparison goes on.
     It used to end the whole comparison."""
     from labs_lib.load import run_blocking
@@ -301,7 +301,7 @@ def test_a_configuration_that_cannot_run_is_a_row_with_its_reason():
 
 def test_lab04_gpu_models_take_a_family_or_a_list():
     from labs_lib.errors import BadInput
-    from labs_lib.params import lab04
+    from labs_lib.params import lab05
     from labs_lib.quant_compare import GPU_MODEL_FAMILIES, download_note
 
     common = {
@@ -312,12 +312,12 @@ def test_lab04_gpu_models_take_a_family_or_a_list():
         "quick": True,
         "interactive": False,
     }
-    assert lab04(gpu_models="shipped", **common).gpu_models == [dict(m) for m in GPU_MODEL_FAMILIES["shipped"]]
-    assert download_note(lab04(gpu_models="shipped", **common).gpu_models) == ""  # the shipped model: no hub
-    note = download_note(lab04(gpu_models="qwen2.5-7b", **common).gpu_models)
+    assert lab05(gpu_models="shipped", **common).gpu_models == [dict(m) for m in GPU_MODEL_FAMILIES["shipped"]]
+    assert download_note(lab05(gpu_models="shipped", **common).gpu_models) == ""  # the shipped model: no hub
+    note = download_note(lab05(gpu_models="qwen2.5-7b", **common).gpu_models)
     assert "about 26.4 GB" in note and "Qwen/Qwen2.5-7B-Instruct-AWQ" in note
     with pytest.raises(BadInput, match=r"allowed: shipped, qwen2\.5-7b"):
-        lab04(gpu_models="llama-70b", **common)
+        lab05(gpu_models="llama-70b", **common)
 
 
 def test_labs_share_one_gpu_and_a_full_card_says_who_holds_it():
@@ -334,7 +334,7 @@ def test_labs_share_one_gpu_and_a_full_card_says_who_holds_it():
     assert shared_gpu_utilization(4 * gib) == 0.92  # a small card: vLLM's own default, never more
     first_lab = GPUProcess(4242, "python -m vllm.entrypoints.openai.api_server --model …", int(70 * gib))
     busy = GPUReading(0, "NVIDIA H100 80GB HBM3", h100, int(70 * gib), h100 - int(70 * gib), 0.0)
-    assert gpu_shortfall(util, busy, [first_lab]) is None  # lab 02's engine holds 70 GiB; lab 03's still fits
+    assert gpu_shortfall(util, busy, [first_lab]) is None  # lab 02's engine holds 70 GiB; lab 04's still fits
     line = gpu_shortfall(0.92, busy, [first_lab])
     assert line and "\n" not in line and "PID 4242" in line and "73.3 GiB" in line and "Shut Down" in line, line
 
@@ -344,7 +344,7 @@ def test_labs_share_one_gpu_and_a_full_card_says_who_holds_it():
     [("startup_v1_pr12569.log", 69348.2, None), ("startup_v1_twoline_lmcache1739.log", None, 6666.2)],
 )
 def test_on_a_gpu_lab04_memory_is_what_vllm_logs(log, weights_mib, kv_mib):
-    """On a GPU the weights and the KV pool live on the card, so lab 04 measured the host RSS of the vLLM
+    """On a GPU the weights and the KV pool live on the card, so lab 05 measured the host RSS of the vLLM
     process (or NVML's whole-card figure, other processes included). It now takes what vLLM logs; recorded real
     GPU start-up logs (tests/fixtures/vllm/README.md gives each one's source) stand in for a GPU here."""
     from labs_lib.engines.vllm import VLLMEngine, parse_startup_log
@@ -396,7 +396,7 @@ def test_planner_reproduces_gpu_logs_of_three_versions_and_cards():
 
 
 def test_the_recorded_defaults_are_what_the_installed_vllm_declares(vllm_installed):
-    """Lab 03's defaults table: every fixed default the labs recorded from vLLM's source (VLLMEngine.DEFAULTS) is what
+    """Lab 04's defaults table: every fixed default the labs recorded from vLLM's source (VLLMEngine.DEFAULTS) is what
     the installed vLLM's config classes declare now, read at run time; the card-dependent ones stay as recorded."""
     from labs_lib.sweep_views import defaults_table
 
@@ -421,20 +421,20 @@ def test_without_vllm_the_defaults_table_says_so_and_keeps_the_recorded_values()
     assert {r["knob"]: r["recorded"] for r in rows} == {k: v for k, (v, _) in VLLMEngine.DEFAULTS.items()}
 
 
-def test_lab03_auto_takes_vllm_wherever_it_is_installed_and_lab02_only_with_a_gpu(monkeypatch):
-    """Lab 03 teaches vLLM's knobs: "auto" is vLLM on this CPU too once make setup-vllm ran; labs 02 and 04 keep
-    the embedded engine on a CPU. Without vLLM, lab 03's llama.cpp grids stand in."""
+def test_lab04_auto_takes_vllm_wherever_it_is_installed_and_the_endpoint_labs_only_with_a_gpu(monkeypatch):
+    """Lab 04 teaches vLLM's knobs: "auto" is vLLM on this CPU too once make setup-vllm ran; labs 02, 03 and 05 keep
+    the embedded engine on a CPU. Without vLLM, lab 04's llama.cpp grids stand in."""
     from labs_lib import params
     from labs_lib.engines import resolve_kind
     from labs_lib.engines.vllm import VLLM_VENV, find_vllm
     from labs_lib.gpu import read_gpus
 
-    lab03 = dict(model=None, slo_ttft_ms=1, slo_tpot_ms=1, resume=False, quick=True, interactive=False)
+    lab04 = dict(model=None, slo_ttft_ms=1, slo_tpot_ms=1, resume=False, quick=True, interactive=False)
     monkeypatch.setenv("LABS_VLLM_PYTHON", "absent")
-    assert (params.lab03(engine="auto", **lab03).engine, params.lab03(engine="auto", **lab03).grid_prefix) == ("llamacpp", "cpu")
+    assert (params.lab04(engine="auto", **lab04).engine, params.lab04(engine="auto", **lab04).grid_prefix) == ("llamacpp", "cpu")
     installed = VLLM_VENV / "bin" / "python"
     monkeypatch.setenv("LABS_VLLM_PYTHON", str(installed))
     if installed.exists() and find_vllm() and not read_gpus()[0]:
-        chosen = params.lab03(engine="auto", **lab03)
+        chosen = params.lab04(engine="auto", **lab04)
         assert (chosen.engine, chosen.grid_prefix) == ("vllm", "vllm_cpu")
-        assert resolve_kind("auto") == "llamacpp"  # labs 02 and 04: vLLM by default only where a GPU answers
+        assert resolve_kind("auto") == "llamacpp"  # labs 02, 03 and 05: vLLM by default only where a GPU answers

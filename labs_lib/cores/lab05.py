@@ -1,110 +1,127 @@
-"""Lab 05's build-its: the failure's code from an HTTP status and its message; a chat stream read whole (its
-text, usage and error); and when to send a failed request again."""
+"""Lab 05's build-its: llama.cpp's Q8_0 and Q4_0 blocks written and read (the mechanism: checked byte for byte
+against llama.cpp's quantizer, then used for the lab's round-trip errors and bits per weight), and a lower bound
+of the KL divergence from top-k log-probabilities."""
 
 from __future__ import annotations
 
-import json
+import math
 
-from ..doctor.retry import retry_delay
-from ..doctor.rules import diagnose
-from ..paths import DATA_DIR
-from ..sse import stream_text
+import numpy as np
+from gguf import GGMLQuantizationType as QType
+from gguf.quants import dequantize, quantize
+
+from ..quality import kl_lower_bound
 from .base import Case, Core
 
-
-def classify(status: int | None, message: str) -> str:
-    """The failure's code from an HTTP status and its message; status None: no HTTP answer came, only words (a
-    transport error, an engine's log). The status first; its message where one status has several causes."""
-    low = message.lower()
-    if status == 401:
-        return "auth"
-    if status == 404:
-        return "model_not_found" if "model" in low else "base_url_path"
-    if status == 429:
-        return "rate_limit"
-    if status is not None and status >= 500:
-        return "server_error"
-    if status == 400 and ("context length" in low or "too long" in low):
-        return "context_exceeded"
-    if "kv cache" in low or "out of memory" in low:
-        return "engine_memory"
-    if "connection refused" in low:
-        return "connection_refused"
-    return "unknown"
+BLOCK_VALUES = 32  # values per Q8_0 / Q4_0 block (ggml's QK8_0, QK4_0)
 
 
-def _classify_reference(status: int | None, message: str) -> str:
-    """The doctor's code (doctor.rules.diagnose) for an HTTP status and its message, or a message alone."""
-    return diagnose({"error": {"message": message, "code": status}} if status else message).code
+def quantize_blocks(weights: np.ndarray, fmt: str) -> bytes:
+    """llama.cpp's bytes for `weights` (flattened row by row; a multiple of 32 values) in Q8_0 or Q4_0, one block
+    of 32 values after another. Q8_0 (34 bytes a block): the scale d = absmax / 127 as a float16, then 32 int8 codes
+    round(x / d), half away from zero. Q4_0 (18 bytes): d = m / -8, m the block's value of largest magnitude with
+    its sign, as a float16, then 16 bytes, byte j holding the 4-bit codes of values j (low nibble) and j + 16 (high
+    nibble), each code trunc(x / d + 8.5) clamped to 0..15. The codes divide by the float32 scale (times its
+    inverse, as ggml does); an all-zero block has scale 0 and codes 0 (Q8_0) or 8 (Q4_0)."""
+    blocks = np.asarray(weights, dtype=np.float32).reshape(-1, 32)
+    if fmt == "Q8_0":
+        d = np.abs(blocks).max(axis=1, keepdims=True) / 127
+        inverse = np.divide(np.float32(1), d, out=np.zeros_like(d), where=d != 0)
+        scaled = (blocks * inverse).astype(np.float64)  # exact: float32 values, so floor(|x| + 0.5) is C's roundf
+        codes = (np.sign(scaled) * np.floor(np.abs(scaled) + 0.5)).astype(np.int8)
+        return np.concatenate([d.astype(np.float16).view(np.uint8), codes.view(np.uint8)], axis=1).tobytes()
+    if fmt == "Q4_0":
+        m = np.take_along_axis(blocks, np.abs(blocks).argmax(axis=1, keepdims=True), axis=1)
+        d = m / -8
+        inverse = np.divide(np.float32(1), d, out=np.zeros_like(d), where=d != 0)
+        codes = np.clip(np.trunc(blocks * inverse + np.float32(8.5)), 0, 15).astype(np.uint8)
+        packed = codes[:, :16] | (codes[:, 16:] << 4)
+        return np.concatenate([d.astype(np.float16).view(np.uint8), packed], axis=1).tobytes()
+    raise ValueError(f"fmt {fmt!r} is not allowed; allowed: Q8_0, Q4_0")
 
 
-def _classify_cases() -> list[Case]:
-    recorded = json.loads((DATA_DIR / "vllm_errors_0.33.0.json").read_text())  # vLLM's own bodies and log line
-    context = recorded["context_exceeded_400"]["error"]["message"]
+def dequantize_blocks(data: bytes, fmt: str) -> np.ndarray:
+    """The float32 values Q8_0 or Q4_0 bytes stand for, one block after another (see quantize_blocks): scale x
+    code, a Q4_0 code standing for code - 8."""
+    raw = np.frombuffer(data, dtype=np.uint8)
+    if fmt == "Q8_0":
+        blocks = raw.reshape(-1, 34)
+        codes = blocks[:, 2:].copy().view(np.int8).astype(np.float32)
+    elif fmt == "Q4_0":
+        blocks = raw.reshape(-1, 18)
+        packed = blocks[:, 2:]
+        codes = np.concatenate([packed & 0x0F, packed >> 4], axis=1).astype(np.float32) - 8
+    else:
+        raise ValueError(f"fmt {fmt!r} is not allowed; allowed: Q8_0, Q4_0")
+    scales = blocks[:, :2].copy().view(np.float16).astype(np.float32)
+    return (scales * codes).reshape(-1)
+
+
+def _quantize_reference(weights: np.ndarray, fmt: str) -> bytes:
+    """gguf-py's quantizer (bit-exact with ggml-quants.c's reference rows): what builds lab 05's variants."""
+    return np.asarray(quantize(np.asarray(weights, dtype=np.float32).reshape(-1, BLOCK_VALUES), QType[fmt])).tobytes()
+
+
+def _dequantize_reference(data: bytes, fmt: str) -> np.ndarray:
+    """gguf-py's dequantizer, what the lab reads variants with."""
+    return np.asarray(dequantize(np.frombuffer(data, dtype=np.uint8), QType[fmt]), dtype=np.float32).reshape(-1)
+
+
+def _block(seed: int, scale: float = 1.0) -> np.ndarray:
+    return (np.random.default_rng(seed).standard_normal(BLOCK_VALUES) * scale).astype(np.float32)
+
+
+def _halves() -> np.ndarray:
+    """A block whose scale is exactly 1 (absmax 127), holding values exactly halfway between two codes."""
+    x = np.zeros(BLOCK_VALUES, dtype=np.float32)
+    x[:6] = [127, 2.5, -2.5, 0.5, -0.5, 3.5]
+    return x
+
+
+def _negative_max() -> np.ndarray:
+    x = _block(3)
+    x[7] = -4.0  # the value of largest magnitude is negative
+    return x
+
+
+def _quantize_cases() -> list[Case]:
+    zeros = np.zeros(BLOCK_VALUES, dtype=np.float32)
     return [
-        Case((401, "Unauthorized"), "401 with vLLM's one-word body", "401 is the key: missing, wrong or revoked; the status says it, not the text"),
-        Case((404, "The model `gpt-9` does not exist."), "404 naming a model", "a 404 that names the model: the model id is wrong (model_not_found)"),
-        Case((404, "Not Found"), "404 with no model in it", "a 404 about no model: the URL's path is wrong (base_url_path: /v1 missing or doubled)"),
-        Case((400, context), "vLLM's 400 for a long prompt", "a 400 is several causes: read its message ('maximum context length': context_exceeded)"),
-        Case((429, "Rate limit reached for requests"), "429", "429 is rate_limit: wait and retry, or lower the load"),
-        Case((503, "Service Unavailable"), "503", "5xx is server_error: the server's side, not the request's"),
-        Case((None, recorded["not_enough_kv_at_startup"]), "vLLM refusing to start (its log line)", "a start-up failure has no status: the engine's words ('larger than the available KV cache') say engine_memory"),
-        Case((None, "httpx.ConnectError: [Errno 111] Connection refused"), "no status, the transport's words", "nothing answered: connection_refused (no server on that port)"),
+        Case((np.linspace(-1, 1, 32, dtype=np.float32), "Q8_0"), "Q8_0, one block from -1 to 1", "a Q8_0 block is the scale (absmax / 127) as a little-endian float16, then 32 int8 codes: 34 bytes"),
+        Case((_halves(), "Q8_0"), "Q8_0, values exactly halfway (scale 1: 2.5, -2.5, 0.5 …)", "C's roundf rounds half away from zero (2.5 -> 3, -2.5 -> -3); np.round rounds half to even (2.5 -> 2)"),
+        Case((np.concatenate([zeros, _block(1)]), "Q8_0"), "Q8_0, an all-zero block then a random one", "an all-zero block has scale 0 and codes 0: no division by zero (NaN codes), and each block its own scale"),
+        Case((_block(15, 0.02), "Q8_0"), "Q8_0, a block of small weights (std 0.02, as in a model)", "the codes use the float32 scale (x times 1 / d), not the float16 one stored"),
+        Case((_negative_max(), "Q4_0"), "Q4_0, a block whose largest value in magnitude is negative (-4)", "after the float16 scale, byte j holds value j's code in its low nibble and value j + 16's in its high nibble (not values 2j and 2j + 1)"),
+        Case((_block(4), "Q4_0"), "Q4_0, a random block whose largest value in magnitude is positive", "Q4_0's scale is m / -8, m the value of largest magnitude with its sign (here a negative scale): m gets code 0 and the other end stops at 7 x |d|; absmax / 8 is right only when m is negative"),
+        Case((zeros, "Q4_0"), "Q4_0, an all-zero block", "scale 0, and every code trunc(0 + 8.5) = 8: the bytes after the scale are 0x88"),
+        Case((np.stack([_block(5), _block(6), _block(7), _block(8)]).reshape(2, 64), "Q4_0"), "Q4_0, a 2 x 64 matrix", "the values are taken row by row, 32 at a time: 4 blocks of 18 bytes"),
     ]  # fmt: skip
 
 
-def _stream_cases() -> list[Case]:
-    recorded = json.loads((DATA_DIR / "recorded_streams.json").read_text())  # real streams, line by line
-    lines = recorded["llamacpp_chat"]["lines"]  # role chunk, 11 content chunks, finish, usage (no choices), [DONE]
-    role, first, finish, usage, done = lines[0], lines[1], lines[-3], lines[-2], lines[-1]
-    wire = [part for line in lines for part in (line, "")]  # on the wire every event ends with a blank line
+def _dequantize_cases() -> list[Case]:
+    q8, q4 = (lambda x: _quantize_reference(x, "Q8_0")), (lambda x: _quantize_reference(x, "Q4_0"))
     return [
-        Case(([first, done],), "one content chunk, then [DONE]", "the text is the `content` of `choices[0].delta`, after `data: `"),
-        Case(([role, first, done],), "the role chunk first (its content is null)", "the first chunk names the role and has `content: null`: it adds no text (None is not a string)"),
-        Case(([first, finish, usage, done],), "the usage chunk: `choices` is empty", "the usage chunk has `choices: []`: choices[0] would raise IndexError (section 6's second failure); take its `usage`"),
-        Case((wire,), "the recorded stream as it arrives (blank lines between events)", "only lines that start with `data:` are events; a blank line ends an event"),
-        Case(([": keep-alive", "data:" + first.removeprefix("data: "), done],), "a comment line, and `data:` with no space", "a line starting with `:` is a comment; the space after `data:` is optional"),
-        Case(([first, done, first],), "a line after [DONE]", "[DONE] ends the stream: nothing after it is the reply"),
-        Case(([role, first, *recorded["vllm_generation_error"]["lines"]],), "vLLM's error event mid-stream", "an event with `error` instead of `choices` is the server failing: return its message"),
+        Case((q8(np.linspace(0, 1, 32, dtype=np.float32)), "Q8_0"), "Q8_0, one block from 0 to 1", "the first 2 bytes are the scale, a little-endian float16; each value is scale x code"),
+        Case((q8(np.linspace(-1, 1, 32, dtype=np.float32)), "Q8_0"), "Q8_0 with negative codes", "Q8_0's codes are signed int8: the byte 0xff is -1, not 255"),
+        Case((q4(_block(4)), "Q4_0"), "Q4_0, one block", "a 4-bit code 0..15 stands for code - 8 (-8..7), times the scale"),
+        Case((q4(_negative_max()), "Q4_0"), "Q4_0, a block with a negative scale", "byte j: the low nibble is value j, the high nibble value j + 16"),
+        Case((q4(np.concatenate([_block(5), _block(6, 0.01)])), "Q4_0"), "two Q4_0 blocks, scales 100 times apart", "each 18-byte block has its own scale"),
     ]  # fmt: skip
 
 
-def _retry_cases() -> list[Case]:
+def _kl_cases() -> list[Case]:
+    ln = math.log
     return [
-        Case((503, 0), "a 503, first retry", "5xx is the server's side: worth another try, after 0.5 s"),
-        Case((503, 1), "a 503, second retry", "each retry waits twice as long as the one before (0.5 s, then 1 s)"),
-        Case((503, 2), "a 503 after two retries", "the SDK's default is two retries: after them, give up (None)"),
-        Case((401, 0), "a 401", "a wrong key stays wrong: a 4xx is the request's fault, so never send it again (None)"),
-        Case((400, 0), "a 400 (a prompt too long)", "the same request gets the same 400: do not retry"),
-        Case((429, 0), "a 429 (rate limit)", "a rate limit passes: 429 is the 4xx that is retried"),
-        Case(
-            (408, 0),
-            "a 408 (the server's request timeout)",
-            "408 and 409 are retried too: a timeout or a lock on the server's side",
-        ),
-        Case(
-            (None, 0),
-            "no answer (a refused connection or a timeout)",
-            "no status came back: the connection may work next time, so retry",
-        ),
-        Case((429, 0, 3.0), "a 429 asking to wait 3 s (Retry-After)", "a server that says how long to wait is obeyed"),
-        Case(
-            (429, 0, 600.0),
-            "a 429 asking to wait 10 minutes",
-            "a wait over 2 minutes is not retried: the user would rather see the error",
-        ),
-    ]
+        Case(({0: ln(0.7), 1: ln(0.2)}, {0: ln(0.7), 1: ln(0.2)}), "the same distribution twice", "KL(P || P) = 0"),
+        Case(({0: ln(0.9), 1: ln(0.1)}, {0: ln(0.5), 1: ln(0.5)}), "the whole distribution reported, P sure and Q unsure", "KL(P || Q) = sum p (log p - log q): weighted by the reference P, not by Q"),
+        Case(({0: ln(0.7), 1: ln(0.2)}, {0: ln(0.5), 1: ln(0.3)}), "two tokens reported by both", "the inputs are log-probabilities; what neither reported is one 'rest' bucket, 1 - sum p against 1 - sum q"),
+        Case(({0: ln(0.9)}, {0: ln(0.6), 2: ln(0.3)}), "a token only Q reported", "only tokens both reported keep their own terms; token 2 goes in the rest bucket"),
+        Case(({0: 0.0}, {0: ln(0.8)}), "P puts all its mass on one token", "a rest of 0 adds nothing (0 log 0 = 0)"),
+    ]  # fmt: skip
 
 
 CORES: dict[str, Core] = {
-    "classify": Core(_classify_reference, _classify_cases, classify),
-    "stream_text": Core(
-        stream_text, _stream_cases, stream_text, "from collections.abc import Iterable\n\nfrom labs_lib.sse import DONE, events"
-    ),
-    "retry_delay": Core(
-        retry_delay,
-        _retry_cases,
-        retry_delay,
-        "from labs_lib.doctor.retry import FIRST_DELAY_S, MAX_DELAY_S, MAX_RETRIES, MAX_RETRY_AFTER_S, RETRIED_STATUSES",
-    ),
+    "quantize_blocks": Core(_quantize_reference, _quantize_cases, quantize_blocks, "import numpy as np"),
+    "dequantize_blocks": Core(_dequantize_reference, _dequantize_cases, dequantize_blocks, "import numpy as np"),
+    "kl_lower_bound": Core(kl_lower_bound, _kl_cases, kl_lower_bound, "import math\n\nimport numpy as np"),
 }

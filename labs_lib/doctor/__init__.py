@@ -4,7 +4,7 @@ rules.py          the vocabulary: diagnose(exception | body | error string) -> D
 report.py         Check and Report: ordered checks with evidence (keys masked), cause and fix
 checks.py         run_doctor(endpoint): configuration -> reachability -> service -> auth -> model -> completion -> stream -> limits
 client_config.py  check_config(path): OpenAI-SDK, Claude Code and Codex configuration files
-troubleshoot.py   attempt(what, call): lab 05's failures caught, kept and diagnosed; the same on vLLM; its tables
+troubleshoot.py   attempt(what, call): lab 06's failures caught, kept and diagnosed; the same on vLLM; its tables
 """
 
 from .checks import run_doctor

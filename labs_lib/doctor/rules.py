@@ -255,7 +255,7 @@ def _chain(exc: BaseException) -> list[BaseException]:
 
 
 def status_and_text(exc: BaseException) -> tuple[int | None, str]:
-    """What came back from a failed call, as lab 05's `classify` reads it: the HTTP status (None when no HTTP answer
+    """What came back from a failed call, as lab 06's `classify` reads it: the HTTP status (None when no HTTP answer
     came) and the words: the error body and message, or every exception of the chain ("Type: message | …")."""
     status = getattr(exc, "status_code", None)
     if isinstance(status, int):  # openai.APIStatusError and subclasses

@@ -1,4 +1,4 @@
-"""Lab 05's helpers: run a call that may fail, keep what the user would see and the diagnosis; the same failures
+"""Lab 06's helpers: run a call that may fail, keep what the user would see and the diagnosis; the same failures
 on vLLM; the doctor's reports as rows; the articles' connection claims judged."""
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def attempt(what: str, call: Callable[[], object]) -> Outcome:
 
 
 def table(outcomes: list[Outcome], classify: Classify | None = None) -> pd.DataFrame:
-    """A row per call (Outcome.row); with `classify` (lab 05's participant's, once checked) each failure is named by
+    """A row per call (Outcome.row); with `classify` (lab 06's participant's, once checked) each failure is named by
     it before the doctor's diagnosis."""
     return pd.DataFrame([o.row(classify) for o in outcomes])
 

@@ -131,7 +131,7 @@ class Engine:
     health_path = "/health"
     counters: TokenCounters  # the engine's /metrics token counters
     uncached_body: ClassVar[dict] = {}  # request fields that make the engine compute the prompt (no prompt-cache hit)
-    # lab 04's comparison: True, weight variants of the shipped GGUF built here (labs_lib.quant) and served one by
+    # lab 05's comparison: True, weight variants of the shipped GGUF built here (labs_lib.quant) and served one by
     # one; False, configurations of one checkpoint the engine quantizes itself (dtype, online quantization, KV dtype)
     builds_weight_variants: ClassVar[bool] = False
     # llama.cpp's native /completion: token ids in and out, the prompt cache switchable per request (kv_effect)
@@ -172,7 +172,7 @@ class Engine:
 
     @classmethod
     def grid_family(cls) -> str:
-        """Which of lab 03's grids (data/grids/<family>_<experiment>.yaml) fit this engine on this machine."""
+        """Which of lab 04's grids (data/grids/<family>_<experiment>.yaml) fit this engine on this machine."""
         raise NotImplementedError
 
     # `serve` options this engine takes (argparse dest) -> the EngineConfig field each sets; cli/serve.py offers the
@@ -436,7 +436,7 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
             return False
 
 
-# The same knob in both engines (lab 03 shows this table once).
+# The same knob in both engines (lab 04 shows this table once).
 ENGINE_MAPPING = [
     {
         "knob": "KV pool size",

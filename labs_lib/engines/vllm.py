@@ -537,7 +537,7 @@ class VLLMEngine(Engine):
 
     def _check_the_card(self) -> None:
         """Before a start on a GPU: a backend/KV dtype the card cannot run, or a card without room for what vLLM
-        will ask, refuses here in one line (a sweep or lab 04 records it as the configuration's row, and no minute
+        will ask, refuses here in one line (a sweep or lab 05 records it as the configuration's row, and no minute
         is spent starting). Unless told a utilization, the engine takes its share from what the card has free
         (sized_utilization), so the labs' engines share one card. An engine stopped a moment ago may still hold
         its memory while its process ends: the check reads the card again while that memory is being freed."""

@@ -117,6 +117,61 @@ def check_choice(
     return False
 
 
+RERUN_TOLERANCE = 0.15  # a re-run's throughput within this share of the best measured counts as as good (run-to-run noise)
+
+
+def check_measured_design(
+    design: dict | str | None,
+    measured: pd.DataFrame | None,
+    table: pd.DataFrame,
+    *,
+    key: str,
+    limit_column: str,
+    limit: float,
+    objective: str,
+    hint: str = "",
+) -> bool | None:
+    """Judge a design that is run, not looked up: `design` names a setting ({key: value}, any value, measured or
+    not), `measured` is the run of that setting (one row of the same columns as `table`, or None before it ran),
+    and `table` holds what the lab measured before. Correct when the run meets `limit_column` < `limit` and its
+    `objective` (higher is better) is within RERUN_TOLERANCE of the best measured row that meets it. Prints one
+    verdict; returns True/False, None when not answered."""
+    best = best_row(table, limit_column=limit_column, limit=limit, objective=objective)
+    # the key read from its own column: a row of mixed columns holds numbers as floats (4.0 users)
+    best_text = (
+        "no measured level meets it"
+        if best is None
+        else f"{key}={table.loc[best.name, key]} ({best[objective]:,.2f} {objective})"
+    )
+    if design is None:
+        print(f"Design: not answered yet: set design = {{{key!r}: ...}} and run this cell: your setting is run. {hint}")
+        return None
+    if asked_to_show(design):
+        print(f"Design: the best measured setting is {best_text}; a setting between the measured ones may do better.")
+        return False
+    if not isinstance(design, dict) or key not in design:
+        print(f"Design: {design!r} is not allowed; allowed: a dict with {key}")
+        return False
+    if measured is None or measured.empty:
+        print(f"Design: {design} was not run: run this cell again with it.")
+        return False
+    row = measured.iloc[0]
+    if not row[limit_column] < limit:
+        print(f"Design: {design} measured {limit_column} {row[limit_column]:,.4g}, over the limit {limit:,.4g}. {hint}")
+        return False
+    if best is None or row[objective] >= (1 - RERUN_TOLERANCE) * best[objective]:
+        print(
+            f"Design: correct: {design} measured {limit_column} {row[limit_column]:,.4g} < {limit:,.4g} and "
+            f"{row[objective]:,.2f} {objective}; the best measured before: {best_text}."
+        )
+        return True
+    print(
+        f"Design: {design} meets the limit, but its {row[objective]:,.2f} {objective} is more than "
+        f'{RERUN_TOLERANCE:.0%} below a measured setting\'s. {hint} (answer "{SHOW}" to see it)'
+    )
+    return False
+
+
 VLLM_KV_DTYPES = ("bf16", "fp8")  # the design task's choice: the model's own 16 bits (--kv-cache-dtype auto) or fp8
 
 

@@ -284,18 +284,28 @@ async def concurrency_sweep(
 
 
 async def trace_beside_fixed(
-    endpoint: Endpoint, factory: PromptFactory, fixed: LoadResult, trace: str, *, cap_tokens: int, progress: bool = True
+    endpoint: Endpoint,
+    factory: PromptFactory,
+    fixed: LoadResult,
+    trace: str,
+    *,
+    cap_tokens: int,
+    progress: bool = True,
+    load_generator: ClosedLoop = closed_loop,
 ) -> tuple[pd.DataFrame, LoadResult]:
     """The closed-loop load of `fixed` (a concurrency_sweep run: its concurrency, its number of requests) again, each
     request's prompt and output lengths drawn from a recorded trace (lengths.trace_requests) scaled so that a request's
     mean prompt + output tokens equal the fixed run's: the same work per request on average, spread as production
-    spreads it; each request at most `cap_tokens` in all (the engine's context per sequence). Returns one row per run
-    (the lengths sent, latency p50/p99 in ms, output tokens/s) and the trace's run."""
+    spreads it; each request at most `cap_tokens` in all (the engine's context per sequence), sent by `load_generator`.
+    Returns one row per run (the lengths sent, latency p50/p99 in ms, output tokens/s) and the trace's run."""
     scale = (fixed.settings["prompt_tokens"] + fixed.settings["max_tokens"]) / length_distribution(trace).mean_tokens()
     specs = trace_requests(factory, trace, len(fixed.records), scale=scale, cap=cap_tokens)
     level = fixed.settings["concurrency"]
     settings = {"lengths": trace, "length_scale": scale, "length_cap": cap_tokens}
-    run = await run_load(endpoint, specs, concurrency=level, progress=progress, desc=f"{trace} c={level}", settings=settings)
+    desc = f"{trace} c={level}"
+    run = await run_load(
+        endpoint, specs, concurrency=level, progress=progress, desc=desc, settings=settings, load_generator=load_generator
+    )
     rows = []
     for name, r in (("fixed", fixed), (trace, run)):
         ok, summary = [x for x in r.records if x.ok], r.summary

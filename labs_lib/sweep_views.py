@@ -247,6 +247,7 @@ def kv_needed_table(df: pd.DataFrame, model: str) -> tuple[pd.DataFrame | None, 
         kv = [kv_cache(model, int(t), n, d).kv_bytes / MIB for t, n, d in zip(tokens, at_once, dtypes, strict=True)]
     except BadInput as e:
         return None, str(e)
+    out["parallel"] = slots.to_list()
     out["sequences at once"] = at_once
     out["KV MiB needed"] = kv
     out["goodput per KV MiB"] = out["goodput req/s"] / out["KV MiB needed"]

@@ -1,5 +1,6 @@
 """The design tasks judge a participant's proposal with the lab's own numbers: the planner (lab 01), measured
-sweep rows (labs 02-05; here lab 04's real sweep, tests/fixtures/sweeps/README.md) and the doctor (lab 06)."""
+sweep rows (labs 04-05; here lab 04's real sweep, tests/fixtures/sweeps/README.md), a run of the participant's own setting
+(lab 03) and the doctor (lab 06)."""
 
 import functools
 import importlib.util
@@ -178,3 +179,67 @@ def test_the_kv_quality_data_is_what_lab04_measured():
     data = json.loads((REPO / "data" / "kv_quality.json").read_text())
     assert (data["references"], data["rows"]) == (references, rows)
     assert {r["kv_dtype"] for r in rows} == {"q8_0", "q4_0", "fp8"}
+
+
+def test_a_design_that_is_run_is_judged_by_its_own_run(capsys):
+    """Lab 03's design task: the participant's cap is run, not looked up; the run must meet the objective and come
+    within 15% of the best throughput measured within it (a cap between the measured levels may do better)."""
+    import pandas as pd
+
+    from labs_lib.design_tasks import check_measured_design
+
+    table = pd.DataFrame(
+        {"concurrency": [1, 4, 8], "p90_ttft_ms": [200.0, 380.0, 2800.0], "output_throughput": [46.0, 60.0, 61.0]}
+    )
+    limits = dict(key="concurrency", limit_column="p90_ttft_ms", limit=400.0, objective="output_throughput")
+
+    def run(p90: float, tput: float) -> pd.DataFrame:
+        return pd.DataFrame({"concurrency": [3], "p90_ttft_ms": [p90], "output_throughput": [tput]})
+
+    assert check_measured_design(None, None, table, **limits) is None
+    assert check_measured_design("show", None, table, **limits) is False
+    assert "concurrency=4 (60.00 output_throughput)" in capsys.readouterr().out
+    assert check_measured_design({"users": 3}, None, table, **limits) is False
+    assert check_measured_design({"concurrency": 3}, None, table, **limits) is False
+    assert "was not run" in capsys.readouterr().out
+    assert check_measured_design({"concurrency": 3}, run(350.0, 58.0), table, **limits) is True  # within 15% of 60
+    assert check_measured_design({"concurrency": 3}, run(500.0, 70.0), table, **limits) is False
+    assert "over the limit 400" in capsys.readouterr().out
+    assert check_measured_design({"concurrency": 3}, run(300.0, 40.0), table, **limits) is False
+    assert "more than 15% below" in capsys.readouterr().out
+    nothing_meets = table.assign(p90_ttft_ms=[900.0, 900.0, 900.0])
+    assert check_measured_design({"concurrency": 1}, run(350.0, 10.0), nothing_meets, **limits) is True  # the run alone
+
+
+@pytest.mark.engine
+def test_lab03s_design_runs_the_participants_cap_on_the_engine(starts_engine, capsys):
+    """The path a participant's answer takes in lab 03's design cell: the measured levels, then their own cap (one
+    not measured) run as one more closed-loop level on the same engine and judged by that run."""
+    from labs_lib.design_tasks import check_measured_design
+    from labs_lib.endpoints import endpoint_for
+    from labs_lib.engines import EngineConfig
+    from labs_lib.engines.llamacpp import LlamaCppEngine
+    from labs_lib.experiments import concurrency_sweep
+    from labs_lib.load import run_blocking
+    from labs_lib.prompts import PromptFactory, engine_tokenizer
+
+    sizes = dict(requests=4, prompt_tokens=32, max_tokens=8, progress=False)
+    with LlamaCppEngine(EngineConfig(ctx=4 * 96, parallel=4)) as engine:
+        endpoint = endpoint_for(engine)
+        factory = PromptFactory(engine_tokenizer(engine.root_url), seed=0)
+        table, _, _ = run_blocking(concurrency_sweep(endpoint, factory, [1, 4], **sizes))
+        tried, _, _ = run_blocking(concurrency_sweep(endpoint, factory, [3], **sizes))
+    assert list(tried.concurrency) == [3] and int(tried.completed.iloc[0]) == 4
+    limit = 2 * float(table.p90_ttft_ms.iloc[0])
+    verdict = check_measured_design(
+        {"concurrency": 3},
+        tried,
+        table,
+        key="concurrency",
+        limit_column="p90_ttft_ms",
+        limit=limit,
+        objective="output_throughput",
+    )
+    out = capsys.readouterr().out
+    assert verdict in (True, False) and out.startswith("Design: ") and "{'concurrency': 3}" in out
+    assert ("correct" in out) == verdict

@@ -35,6 +35,21 @@ def best_row(
     return allowed.loc[allowed[objective].idxmax() if higher_is_better else allowed[objective].idxmin()]
 
 
+def _unanswered(design: object, label: str, keys: tuple[str, ...], shown: str, hint: str) -> bool | None:
+    """The verdict on a design that is not a proposal yet: None (not answered), False ("show": `shown` printed; or a
+    value that is not a dict with `keys`); True for a proposal, which the caller judges."""
+    if design is None:
+        print(f"Design{label}: not answered yet: set design = {{{', '.join(repr(k) + ': ...' for k in keys)}}}. {hint}")
+        return None
+    if asked_to_show(design):
+        print(f"Design{label}: {shown}.")
+        return False
+    if not isinstance(design, dict) or any(k not in design for k in keys):
+        print(f"Design{label}: {design!r} is not allowed; allowed: a dict with {', '.join(keys)}")
+        return False
+    return True
+
+
 def check_choice(
     label: str,
     design: dict | str | None,
@@ -75,15 +90,9 @@ def check_choice(
     label = f" {label}" if label else ""
     name = ", ".join(keys)
     best_text = " or ".join(dict.fromkeys(n for n in (named(best), named(maybe)) if n)) or "no measured row meets it"
-    if design is None:
-        print(f"Design{label}: not answered yet: set design = {{{', '.join(repr(k) + ': ...' for k in keys)}}}. {hint}")
-        return None
-    if asked_to_show(design):
-        print(f"Design{label}: the best measured choice is {best_text}.")
-        return False
-    if not isinstance(design, dict) or any(k not in design for k in keys):
-        print(f"Design{label}: {design!r} is not allowed; allowed: a dict with {name}")
-        return False
+    if (proposal := _unanswered(design, label, keys, f"the best measured choice is {best_text}", hint)) is not True:
+        return proposal
+    assert isinstance(design, dict)  # _unanswered let only a dict with the keys through
     rows = table
     for k in keys:
         rows = rows[rows[k].astype(str) == str(design[k])]
@@ -143,15 +152,9 @@ def check_measured_design(
         if best is None
         else f"{key}={table.loc[best.name, key]} ({best[objective]:,.2f} {objective})"
     )
-    if design is None:
-        print(f"Design: not answered yet: set design = {{{key!r}: ...}} and run this cell: your setting is run. {hint}")
-        return None
-    if asked_to_show(design):
-        print(f"Design: the best measured setting is {best_text}; a setting between the measured ones may do better.")
-        return False
-    if not isinstance(design, dict) or key not in design:
-        print(f"Design: {design!r} is not allowed; allowed: a dict with {key}")
-        return False
+    shown = f"the best measured setting is {best_text}; a setting between the measured ones may do better"
+    if (proposal := _unanswered(design, "", (key,), shown, f"Your setting is run. {hint}")) is not True:
+        return proposal
     if measured is None or measured.empty:
         print(f"Design: {design} was not run: run this cell again with it.")
         return False

@@ -11,7 +11,7 @@ from labs_lib.html_report import render
 
 @pytest.mark.notebook
 def test_a_quick_run_renders_as_pages_with_figures_and_an_index(tmp_path, capsys):
-    assert cli.main(["run", "--only", "01,06", "--engine", "llamacpp", "--html", "--out", str(tmp_path)]) == 0
+    assert cli.main(["run", "--only", "01,07", "--engine", "llamacpp", "--html", "--out", str(tmp_path)]) == 0
     assert f"readable without running: {tmp_path / 'html' / 'index.html'}" in capsys.readouterr().out
     index = (tmp_path / "html" / "index.html").read_text()
     linked = re.findall(r'<a href="([^"]+)">', index)

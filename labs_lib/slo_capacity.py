@@ -27,8 +27,8 @@ from .timing import RequestSpec
 PERCENTILE_CHOICES = (50, 90, 95, 99)
 SATURATION_SHORTFALL = 0.2  # completed/s this far below offered/s: the server did not keep up
 QUEUE_GROWTH = 2.0  # last third's median TTFT over the first third's: requests are queueing
-Search = Callable[[Callable[[float], Awaitable[bool]], float, float, int, float], Awaitable[tuple]]  # bracket's signature
 QUEUE_FLOOR_MS = 200.0  # ... and slower by at least this much, so that jitter on a fast server is not a queue
+Search = Callable[[Callable[[float], Awaitable[bool]], float, float, int, float], Awaitable[tuple]]  # bracket's signature
 
 
 @dataclass

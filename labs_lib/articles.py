@@ -7,6 +7,7 @@ The appendix computes afresh what needs no engine and reads the rest from those 
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
@@ -34,6 +35,49 @@ NOT_MEASURED = "not measured yet"
 def articles() -> tuple[dict, ...]:
     """Each article: seed ("000"), its first heading as printed, an English rendering, what it argues."""
     return tuple(json.loads((DATA_DIR / "articles.json").read_text())["articles"])
+
+
+def sentences(text: str) -> list[str]:
+    """An article's sentences, in order: split at each line end and after 。！？, stripped, empty ones dropped. The
+    unit data/claims_index.json maps (a code snippet, which carries no such mark, stays one piece)."""
+    return [part.strip() for line in text.splitlines() for part in re.split(r"(?<=[。！？])", line) if part.strip()]
+
+
+@cache
+def sentence_index() -> dict:
+    """data/claims_index.json: every sentence of each article ("000" …) with the claim ids it carries, a checkable
+    statement not judged yet (`unjudged`), or why nothing in it can be checked (`not`)."""
+    return json.loads((DATA_DIR / "claims_index.json").read_text())
+
+
+def index_coverage() -> pd.DataFrame:
+    """Per article: its sentences, how many carry something checkable, how many of those are judged (carry a claim
+    id of claims.json), and how many are checkable but not judged yet."""
+    rows = []
+    for seed, entries in sentence_index()["articles"].items():
+        checkable = [e for e in entries if "ids" in e or "unjudged" in e]
+        rows.append(
+            {
+                "seed": seed,
+                "sentences": len(entries),
+                "checkable": len(checkable),
+                "judged": sum("ids" in e for e in checkable),
+                "not judged yet": sum("unjudged" in e and "ids" not in e for e in checkable),
+                "claims": len({i for e in entries for i in e.get("ids", [])}),
+            }
+        )
+    return pd.DataFrame(rows).set_index("seed")
+
+
+def unjudged() -> pd.DataFrame:
+    """The articles' checkable statements that no claim of claims.json judges yet, once each (an article that
+    repeats one lists it once), with the sentences that state it."""
+    rows: dict[tuple[str, str], list[str]] = {}
+    for seed, entries in sentence_index()["articles"].items():
+        for e in entries:
+            if "unjudged" in e:
+                rows.setdefault((seed, e["unjudged"]), []).append(e["text"])
+    return pd.DataFrame([{"seed": seed, "statement": what, "quote": " … ".join(texts)} for (seed, what), texts in rows.items()])
 
 
 def lesson_ids(lab: str) -> list[str]:

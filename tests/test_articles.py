@@ -54,3 +54,45 @@ def test_the_appendix_takes_computed_over_recorded_over_nothing(tmp_path, capsys
 def test_a_record_for_a_lab_that_does_not_exist_is_one_line(tmp_path):
     with pytest.raises(BadInput, match=r"'07'.*allowed: 01, 02, 03, 04, 05, 06"):
         articles.record("07", pd.DataFrame(), "llamacpp", folder=tmp_path)
+
+
+SEEDS_DIR = REPO.parent / "shared" / "seeds"
+
+
+def test_every_sentence_of_every_article_is_mapped():
+    """data/claims_index.json holds each article's sentences, in order, as the splitter cuts them today, and each is
+    mapped: to claim ids, to a checkable statement not judged yet, or to one of the named reasons."""
+    index = articles.sentence_index()
+    assert sorted(index["articles"]) == [a["seed"] for a in articles.articles()]
+    known = {c["id"] for c in claims()}
+    for seed, entries in index["articles"].items():
+        for n, e in enumerate(entries):
+            where = f"seed {seed}, sentence {n}: {e['text'][:40]}"
+            assert ("not" in e) != ("ids" in e or "unjudged" in e), where  # exactly one kind of mapping
+            assert e.get("not", "banner") in index["reasons"], where
+            assert set(e.get("ids", [])) <= known, where
+            assert e.get("ids", True) and e.get("unjudged", True), where  # no empty id list, no empty statement
+        paths = list(SEEDS_DIR.glob(f"{seed}_*.txt"))
+        if not paths:
+            pytest.skip("the seeds live in ../shared beside the checkout")
+        cut = articles.sentences(paths[0].read_text())
+        assert [e["text"] for e in entries] == cut, f"seed {seed}: the index is not the article's sentences"
+
+
+def test_every_claim_is_found_where_its_quote_is():
+    index = articles.sentence_index()["articles"]
+    for c in claims():
+        seed = c["seed"][:3]
+        carrying = [e["text"] for e in index[seed] if c["id"] in e.get("ids", [])]
+        parts = [p.strip() for p in c["quote"].split("…") if p.strip()]
+        # a quote that runs over a sentence end is found in the sentences that carry it, joined
+        joined = "".join(carrying)
+        assert carrying and all(p in joined or any(t in p for t in carrying) for p in parts), c["id"]
+
+
+def test_the_coverage_counts_the_index():
+    cover = articles.index_coverage()
+    entries = articles.sentence_index()["articles"]
+    assert cover["sentences"].sum() == sum(len(e) for e in entries.values())
+    assert (cover["judged"] + cover["not judged yet"] == cover["checkable"]).all()
+    assert set(articles.unjudged()["statement"]) == {e["unjudged"] for es in entries.values() for e in es if "unjudged" in e}

@@ -14,12 +14,13 @@ from .kv_math import (
     VLLM_GPU_MEMORY_UTILIZATION,
     CapacityPlan,
     allocation_utilization,
+    dtype,
     kv_cache,
     plan_capacity,
     vllm_batch_defaults,
     weight_bytes,
 )
-from .models import ModelSpec, load_model
+from .models import ModelSpec, catalogue, load_model
 from .paths import DATA_DIR
 
 TOLERANCE = 0.10  # a figure "holds" when within 10% of the recomputed value
@@ -91,8 +92,88 @@ def kv_claims_table(seed: int = 0) -> pd.DataFrame:
         _on_4090_row(),
         *_utilization_rows(),
         _paged_row(seed),
+        _int_bytes_row(),
+        _head_ratio_row(),
+        _card_floor_row(),
     ]
     return pd.DataFrame(rows)
+
+
+def _int_bytes_row() -> dict:
+    """Seed 000's bytes per cached value: right as bare widths; a cache that stores integers stores their scales
+    too (llama.cpp's q8_0 and q4_0: one fp16 scale per 32 values, the KV formats lab 05 runs)."""
+    c = claim("s000-int-kv-bytes")
+    bare = {fmt: dtype(fmt).block_bytes / dtype(fmt).block_values for fmt in c["formats"]}
+    stored = {fmt: dtype(name).block_bytes / dtype(name).block_values for fmt, name in c["stored_as"].items()}
+    bare_ok = all(verdict(said, bare[fmt], 0.0)[0] for fmt, said in c["formats"].items())
+    stored_ok = all(verdict(c["formats"][fmt], b, 0.0)[0] for fmt, b in stored.items())
+    holds = stored_ok if bare_ok == stored_ok else None
+    return row(
+        "s000-int-kv-bytes",
+        ", ".join(f"{fmt} {b:g}" for fmt, b in stored.items()),
+        "bytes per value as stored",
+        holds,
+        f"as bare widths {', '.join(f'{fmt} {b:g}' for fmt, b in bare.items())}: "
+        f"{'right' if bare_ok else 'not right'}; but integers need a scale to mean anything, and a cache stores it: "
+        + "; ".join(
+            f"{fmt} as llama.cpp's {c['stored_as'][fmt]} takes {dtype(c['stored_as'][fmt]).block_bytes} bytes per "
+            f"{dtype(c['stored_as'][fmt]).block_values} values, {b / c['formats'][fmt] - 1:+.1%}"
+            for fmt, b in stored.items()
+        ),
+    )
+
+
+def _head_ratio_row() -> dict:
+    """Seed 000's "an order of magnitude": counting the query heads as KV heads overestimates a GQA model's cache
+    by its query-to-KV head ratio. Judged over the catalogue's GQA models; a ratio rounds to 10x on a log scale
+    from sqrt(10)."""
+    c = claim("s000-gqa-order-of-magnitude")
+    specs = [load_model(ref) for ref in catalogue()]
+    ratios = {s.name: s.num_q_heads / s.num_kv_heads for s in specs if 1 < s.num_kv_heads < s.num_q_heads}
+    tenfold = [name for name, r in ratios.items() if r >= c["value"] ** 0.5]
+    holds = True if len(tenfold) == len(ratios) else (False if not tenfold else None)
+    named = load_model(c["model"])
+    named_ratio = named.num_q_heads / named.num_kv_heads
+    fewer = sorted((r, name) for name, r in ratios.items() if name not in tenfold)
+    return row(
+        "s000-gqa-order-of-magnitude",
+        f"{min(ratios.values()):g}-{max(ratios.values()):g}",
+        "x (query heads / KV heads, GQA models)",
+        holds,
+        f"the overestimate is the query-to-KV head ratio: {named_ratio:g}x for {named.name}, the article's example; "
+        f"{len(tenfold)} of the catalogue's {len(ratios)} GQA models are 3.2x or more (an order of magnitude on a "
+        f"log scale); not {', '.join(f'{name} ({r:g}x)' for r, name in fewer) or 'any'}",
+        verdict(c["value"], named_ratio)[1],
+    )
+
+
+def _card_floor_row() -> dict:
+    """Seed 001's "24 GB to start with": its own model, context and utilization planned on a 16 GB card and on the
+    24 GB cards it names."""
+    c = claim("s001-24gb-minimum")
+    plans = {
+        gpu: plan_capacity(
+            c["model"], c["max_model_len"], gpu=gpu, gpu_memory_utilization=c["gpu_memory_utilization"],
+            weight_dtype="fp16",
+        )
+        for gpu in c["gpus"]
+    }  # fmt: skip
+    below = {gpu: p for gpu, p in plans.items() if _gib(p.gpu_memory_bytes) < 0.8 * c["value"]}
+    at_least = {gpu: p for gpu, p in plans.items() if gpu not in below}
+    holds = all(not p.fits_one_request for p in below.values()) and all(p.fits_one_request for p in at_least.values())
+    return row(
+        "s001-24gb-minimum",
+        ", ".join(f"{gpu} {p.max_concurrency:.1f}" for gpu, p in plans.items()),
+        f"requests of {c['max_model_len']:,} tokens at {c['gpu_memory_utilization']}",
+        holds,
+        f"{load_model(c['model']).name}, the model seed 001 serves, with its --max-model-len and utilization: "
+        + "; ".join(
+            f"{gpu} ({_gib(p.gpu_memory_bytes):.0f} GiB): "
+            + (f"{p.max_concurrency:.1f} requests (from {p.max_concurrency_low:.1f})" if p.fits_one_request else "cannot start")
+            for gpu, p in plans.items()
+        )
+        + ". The low ends are the start-up overhead's high estimate: on the 24 GB cards it is tight",
+    )
 
 
 def _gib(n_bytes: int | None) -> float:
@@ -363,6 +444,7 @@ def vllm_claims_table(seed: int = 0) -> pd.DataFrame:
     return pd.DataFrame(
         [
             _util_default_row(),
+            _lower_util_row(),
             row(
                 "s001-hit-rate-in-startup-log",
                 "not at start-up / in the serving log",
@@ -493,6 +575,32 @@ def _util_default_row() -> dict:
         f"vLLM's default is {VLLM_GPU_MEMORY_UTILIZATION} since 0.32 (0.9 before; vllm/config/cache.py): 0.85 lowers it. "
         f"Qwen2.5-7B on an L4 at 8,192 tokens: {low.max_concurrency:.1f} full-length requests at 0.85, "
         f"{default.max_concurrency:.1f} at the default. The article's 0.5 was its own setting",
+    )
+
+
+def _lower_util_row() -> dict:
+    """Seed 001's "lower gpu-memory-utilization to 0.8" when vLLM will not start for memory, against vLLM's own two
+    start-up memory errors: its KV error (recorded from vLLM 0.33.0, data/vllm_errors_0.33.0.json) and the free-memory
+    check (vllm/v1/worker/utils.py; tests/test_claims.py reads both in the installed vLLM's source)."""
+    c = claim("s001-lower-util-on-start-oom")
+    kv_error = json.loads((DATA_DIR / "vllm_errors_0.33.0.json").read_text())["not_enough_kv_at_startup"]
+    asks_for_more = "increasing `gpu_memory_utilization`" in kv_error
+    pools = {
+        u: plan_capacity(c["model"], c["max_model_len"], gpu=c["gpu"], gpu_memory_utilization=u, weight_dtype="fp16")
+        for u in (c["from"], c["value"])
+    }
+    before, after = (pools[u] for u in (c["from"], c["value"]))
+    return row(
+        "s001-lower-util-on-start-oom",
+        f"{_gib(before.available_kv_bytes):.1f} -> {_gib(after.available_kv_bytes):.1f}",
+        f"GiB of KV pool ({load_model(c['model']).name}, {c['gpu']}, {c['from']} -> {c['value']})",
+        None if asks_for_more else True,
+        "depends on which memory error: when the KV pool cannot hold one request of max_model_len, vLLM's own message "
+        f"says '{'Try increasing `gpu_memory_utilization`' if asks_for_more else kv_error[:80]}', and lowering it shrinks "
+        f"the pool ({before.max_concurrency:.1f} -> {after.max_concurrency:.1f} requests of {c['max_model_len']:,} "
+        "tokens here), so the start fails again; only when the card's free memory is below total x utilization "
+        "(another process holds some: 'Free memory on device ... Decrease GPU memory utilization') does lowering it "
+        "help. Read the error's words first",
     )
 
 

@@ -299,3 +299,61 @@ def test_the_level_tps_verdict_follows_the_measured_spread(spread, holds):
     from labs_lib.claims import tps_flat_verdict
 
     assert tps_flat_verdict(spread) is holds
+
+
+def _judged(table_fn, claim_id, monkeypatch=None, **changes):
+    """The row a table computes for `claim_id`, with the claim's inputs changed by `changes` (a what-if)."""
+    import labs_lib.claims as cl
+
+    if changes:
+        original = cl.claim(claim_id)
+        monkeypatch.setattr(cl, "claim", lambda i: {**original, **changes} if i == claim_id else original_claim(i))
+    return table_fn().set_index("id").loc[claim_id]
+
+
+def original_claim(claim_id):
+    return next(c for c in claims() if c["id"] == claim_id)
+
+
+def test_int_kv_bytes_count_the_scales(monkeypatch):
+    r = _judged(kv_claims_table, "s000-int-kv-bytes")
+    assert r["verdict"] == "depends" and r["computed"] == "int8 1.0625, int4 0.5625"  # 34/32 and 18/32
+    # stored without scales, the article's widths would hold outright: the verdict follows the formats' bytes
+    bare = _judged(kv_claims_table, "s000-int-kv-bytes", monkeypatch, stored_as={"int8": "int8", "int4": "int4"})
+    assert bare["verdict"] == "holds"
+
+
+def test_order_of_magnitude_is_the_head_ratio(monkeypatch):
+    import labs_lib.claims as cl
+    from labs_lib.models import catalogue, load_model
+
+    r = _judged(kv_claims_table, "s000-gqa-order-of-magnitude")
+    ratios = [s.num_q_heads / s.num_kv_heads for s in map(load_model, catalogue()) if 1 < s.num_kv_heads < s.num_q_heads]
+    assert r["computed"] == f"{min(ratios):g}-{max(ratios):g}" and "8x for Llama-2-70B" in r["why"]
+    assert r["verdict"] == ("holds" if min(ratios) >= 10**0.5 else "depends")
+    seventy = [ref for ref in catalogue() if "70b" in ref.lower()]  # only the 70Bs: every one is 8x
+    monkeypatch.setattr(cl, "catalogue", lambda: {ref: catalogue()[ref] for ref in seventy})
+    assert kv_claims_table().set_index("id").loc["s000-gqa-order-of-magnitude", "verdict"] == "holds"
+
+
+def test_the_24gb_floor_follows_the_planner(monkeypatch):
+    r = _judged(kv_claims_table, "s001-24gb-minimum")
+    assert r["verdict"] == "holds" and "T4 (15 GiB): cannot start" in r["why"]
+    # at half the card, no 24 GB card fits a 7B in fp16 either: the floor no longer holds
+    low = _judged(kv_claims_table, "s001-24gb-minimum", monkeypatch, gpu_memory_utilization=0.5)
+    assert low["verdict"] == "does not hold"
+
+
+def test_lowering_utilization_shrinks_the_pool_vllm_asked_to_grow():
+    r = _judged(vllm_claims_table, "s001-lower-util-on-start-oom")
+    before, after = (float(x) for x in r["computed"].split(" -> "))
+    assert after < before and r["verdict"] == "depends" and "increasing `gpu_memory_utilization`" in r["why"]
+
+
+def test_vllms_two_startup_memory_errors_say_opposite_things(vllm_installed):
+    """The verdict on "lower it to 0.8" rests on vLLM's own words, read here from the installed vLLM's source."""
+    site = vllm_installed
+    kv = (site / "v1" / "core" / "kv_cache_utils.py").read_text()
+    free = (site / "v1" / "worker" / "utils.py").read_text()
+    assert "Try increasing `gpu_memory_utilization`" in kv
+    assert "Free memory on device" in free and "Decrease GPU memory" in free

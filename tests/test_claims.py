@@ -357,3 +357,93 @@ def test_vllms_two_startup_memory_errors_say_opposite_things(vllm_installed):
     free = (site / "v1" / "worker" / "utils.py").read_text()
     assert "Try increasing `gpu_memory_utilization`" in kv
     assert "Free memory on device" in free and "Decrease GPU memory" in free
+
+
+HARNESS = "harness (usage, first content)"
+
+
+def _timing_checks(
+    chunks_error=5.0,
+    unstreamed_ttft_ms=900.0,
+    role_ms=None,
+    tpots=(20.0, 20.4, 20.8),
+    ttfts=(100, 102, 98),
+    seed004_error=(2.0, -5.0),
+):
+    """lab 02's verdicts on tables shaped as its run makes them, with the figures a test chooses."""
+    import pandas as pd
+
+    from labs_lib.claims import timing_article_checks
+
+    methods = [
+        HARNESS,
+        "seed 000: len(text)/1.5",
+        "seed 001: first chunk",
+        "seed 002: data lines",
+        "seed 003: unstreamed lines",
+        "seed 004: lines, TPOT",
+    ]
+    naive = pd.DataFrame(
+        {
+            "method": methods,
+            "ttft_ms": [100.0, 100.0, 100.0, 100.0, unstreamed_ttft_ms, 100.0],
+            "output_tokens": [64, 60, 64, 64 * (1 + chunks_error / 100), 40, 67],
+            "output_tokens_error_%": [0.0, -6.0, 0.0, chunks_error, -40.0, 4.0],
+            "ttft_ms_error_%": [0.0, 0.0, 1.0, 0.0, unstreamed_ttft_ms - 100.0, seed004_error[0]],
+            "decode_tokens_per_s_error_%": [0.0, 0.0, 0.0, 0.0, 0.0, seed004_error[1]],
+        }
+    )
+    by_language = pd.DataFrame(
+        {"language": ["zh"], "text": ["a Chinese text"], "len/1.5 error_%": [3.0], "chars_per_token": [1.55]}
+    )
+    by_output = pd.DataFrame({"max_tokens": [64, 128, 256], "tpot_ms": list(tpots)})
+    by_prompt = pd.DataFrame({"prompt_tokens": [16, 1024], "tpot_ms": [20.0, 23.0]})
+    table = timing_article_checks(naive, by_language, by_output, by_prompt, list(ttfts), 1000.0, role_ms, 100.0)
+    return table.set_index("id")["verdict"]
+
+
+def test_lab02_verdicts_follow_the_run():
+    """Each timing verdict is the run's numbers against the article's, both ways: a test that moves a number past
+    the article's figure moves the verdict."""
+    close, far = (
+        _timing_checks(),
+        _timing_checks(
+            chunks_error=30.0,
+            unstreamed_ttft_ms=104.0,
+            role_ms=40.0,
+            tpots=(20.0, 24.0, 28.0),
+            ttfts=(100, 150, 60),
+            seed004_error=(2.0, -40.0),
+        ),
+    )
+    assert close["s002-chunks-as-tokens"] == "holds" and far["s002-chunks-as-tokens"] == "does not hold"
+    assert close["s003-unstreamed-ttft"] == "does not hold" and far["s003-unstreamed-ttft"] == "holds"
+    assert close["s000-role-chunk"] == "depends" and far["s000-role-chunk"] == "holds"  # seen, or only "may"
+    assert close["s000-tps-flat"] == "depends" and far["s000-tps-flat"] == "does not hold"
+    assert close["s000-ttft-jitter"] == "holds" and far["s000-ttft-jitter"] == "does not hold"
+    assert close["s004-timer-tpot"] == "holds" and far["s004-timer-tpot"] == "does not hold"
+    assert close["s000-len-over-1.5"] == "depends"  # language- and tokenizer-dependent, whatever this text gave
+
+
+def test_lab05_verdicts_follow_the_run():
+    """Lab 05's measured verdicts move with the figures measured: the fp8 cache by the tokens vLLM's pool held,
+    INT8's 40% by the memory saved and TPOT's direction."""
+    import pandas as pd
+
+    from labs_lib.quant_compare import int8_row, quant_article_checks
+
+    def fp8(tokens_fp8, tokens_bf16):
+        results = pd.DataFrame({"kv_dtype": ["bf16", "fp8"], "kv_cache_tokens": [tokens_bf16, tokens_fp8]})
+        table = quant_article_checks(pd.DataFrame(), results, reference="BF16", eval_tokens=0, weight_variants=False)
+        return table.set_index("id").loc["s001-fp8-kv-half"]
+
+    halved, not_halved = fp8(20_000, 10_000), fp8(13_000, 10_000)
+    assert halved["verdict"] == "holds" and "measured on vLLM" in halved["why"]
+    assert not_halved["verdict"] == "does not hold"
+    computed = quant_article_checks(
+        pd.DataFrame(), pd.DataFrame({"kv_dtype": ["f16", "q8_0"]}), reference="F16", eval_tokens=0, weight_variants=False
+    )
+    assert "computed with vLLM's layout" in computed.set_index("id").loc["s001-fp8-kv-half", "why"]  # no fp8 served
+    assert int8_row(0.39, 0.45, 30.0, 28.0)["verdict"] == "holds"
+    assert int8_row(0.20, 0.45, 30.0, 28.0)["verdict"] == "does not hold"  # memory saved: outside 10% of 40%
+    assert int8_row(0.40, 0.45, 30.0, 31.0)["verdict"] == "does not hold"  # TPOT did not improve

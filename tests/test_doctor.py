@@ -355,3 +355,45 @@ def test_seed_001s_two_empty_key_sentences_are_judged_apart_from_what_vllm_serve
         assert untested.loc[claim(claim_id)["claim"], "verdict"] == "depends"
         assert "needs vLLM" in untested.loc[claim(claim_id)["claim"], "why"]
     assert untested.loc[claim("s000-401-body")["claim"], "computed"] == "not testable here"  # only TaoToken can say
+
+
+def _failure(what, error_type, error="x"):
+    from labs_lib.doctor.troubleshoot import Outcome
+
+    return Outcome(what, False, None, error_type, error)
+
+
+def test_the_articles_readings_of_failures_follow_what_was_reproduced():
+    """failure_rows judges the articles' troubleshooting sentences by the failures lab 06 reproduced: move what came
+    back and the verdict moves (the inputs here are shaped as lab 06's own Outcomes)."""
+    from labs_lib.doctor.troubleshoot import failure_rows
+
+    as_seen = {
+        o.what: o
+        for o in (
+            _failure("dead port", "openai.APIConnectionError", "Connection error."),
+            _failure("HTTP_PROXY set to a closed port", "openai.APIConnectionError", "Connection error."),
+            _failure("choices of an error body", "builtins.KeyError", "'choices'"),
+            _failure("choices of the usage-only chunk", "builtins.IndexError", "list index out of range"),
+            _failure("choices of None", "builtins.AttributeError", "'NoneType' object has no attribute 'choices'"),
+            _failure("resp.json() on a stream", "json.decoder.JSONDecodeError", "Extra data"),
+        )
+    }
+    v = {r["id"]: r["verdict"] for r in failure_rows(as_seen, "length")}
+    assert v == {
+        "s000-refused-message": "holds",
+        "s001-refused-cause": "depends",  # the proxy gave the same error with the server up
+        "s000-choices-errors": "holds",
+        "s000-choices-cause": "depends",
+        "s001-nonetype-choices": "does not hold",
+        "s002-keyerror-choices": "holds",
+        "s000-stream-not-json": "holds",
+        "s000-finish-length": "holds",
+    }
+    other = dict(as_seen)
+    other["dead port"] = _failure("dead port", "openai.APITimeoutError", "Request timed out.")
+    other["choices of the usage-only chunk"] = _failure("choices of the usage-only chunk", "builtins.AttributeError")
+    w = {r["id"]: r["verdict"] for r in failure_rows(other, "stop")}
+    assert w["s000-refused-message"] == "does not hold" and w["s001-refused-cause"] == "holds"
+    assert w["s001-nonetype-choices"] == "holds" and w["s000-finish-length"] == "does not hold"
+    assert {r["verdict"] for r in failure_rows({}, None)} == {"depends"}  # nothing reproduced: nothing judged

@@ -241,31 +241,50 @@ def _taotoken_401(wrong_key: str) -> tuple[str, bool | None, str]:
     return body, holds, f"TaoToken answered HTTP {status}" if status else "TaoToken could not be reached"
 
 
-def connection_article_checks(wrong_key: str, llama_401: str, vllm_401: dict, vllm_outcomes: list[Outcome]) -> pd.DataFrame:
-    """The articles' claims about base URLs, keys and the 401 body, judged by this lab's runs (`llama_401`: what
-    llama.cpp said to a wrong key; `vllm_outcomes`: vllm_failures(), empty where vLLM is not installed)."""
+def sdk_url(base_url: str, path: str = "/chat/completions") -> str:
+    """The URL the installed OpenAI SDK sends a request to, from its own code (the client's _prepare_url)."""
+    import openai
+
+    return str(openai.OpenAI(api_key="unused", base_url=base_url)._prepare_url(path))
+
+
+def connection_article_checks(
+    wrong_key: str,
+    llama_401: str,
+    vllm_401: dict,
+    vllm_outcomes: list[Outcome],
+    outcomes: list[Outcome] | None = None,
+    finish_reason: str | None = None,
+) -> pd.DataFrame:
+    """The articles' claims about base URLs, keys, the 401 body and the failures this lab reproduces, judged by
+    this lab's runs (`llama_401`: what llama.cpp said to a wrong key; `vllm_outcomes`: vllm_failures(), empty where
+    vLLM is not installed; `outcomes`: sections 2-8's calls, by their `what`; `finish_reason`: section 5's reply's,
+    cut by max_tokens) and by the installed SDK's own code."""
     from ..claims import row
 
     body, holds, why = _taotoken_401(wrong_key)
     served = {o.what[6:]: o.ok for o in vllm_outcomes if "api_key" in o.what}
     any_key = bool(served) and all(served.values())
     keys_seen = "; ".join(f"{what}: {'served' if ok else 'refused'}" for what, ok in served.items()) or "not testable here"
-    sdk_url = "https://taotoken.net/api" + "/chat/completions"
+    api, v1 = sdk_url("https://taotoken.net/api"), sdk_url("https://taotoken.net/api/v1")
+    documented = "https://taotoken.net/api/v1/chat/completions"  # the full path seed 000 itself gives
     return pd.DataFrame(
         [
             row(
                 "s000-base-url-api",
-                f"the SDK would call {sdk_url}",
+                f"the SDK would call {api}",
                 "URL",
-                False,
-                "the OpenAI SDK appends only /chat/completions (it never adds /v1): base_url must end in /v1",
+                api == documented,
+                f"the installed OpenAI SDK joins its base_url and /chat/completions, nothing more; the article's own full "
+                f"path is {documented}: base_url must end in /v1",
             ),
             row(
                 "s001-base-url-v1",
-                "https://taotoken.net/api/v1/chat/completions",
+                v1,
                 "URL",
-                True,
-                "consistent with the SDK's rule (TaoToken's own docs not checked here)",
+                v1 == documented,
+                "the installed SDK's URL for this base_url, against the full path the articles give (TaoToken's own docs not "
+                "checked here)",
             ),
             row(
                 "s000-401-body",
@@ -296,5 +315,88 @@ def connection_article_checks(wrong_key: str, llama_401: str, vllm_401: dict, vl
                 if any_key
                 else "needs vLLM (make setup-vllm): section 10's vLLM part did not run",
             ),
+            *failure_rows({o.what: o for o in outcomes or []}, finish_reason),
         ]
     )
+
+
+def _seen(o: Outcome | None) -> str:
+    return f"{o.error_type}: {o.error}"[:120] if o and not o.ok else "succeeded" if o else "not reproduced in this run"
+
+
+def failure_rows(seen: dict[str, Outcome], finish_reason: str | None) -> list[dict]:
+    """The articles' troubleshooting statements against the failures reproduced here (`seen`, by Outcome.what: lab
+    06's sections 2-7): what the user sees, and what it is said to mean."""
+    from ..claims import row
+
+    dead, proxied = seen.get("dead port"), seen.get("HTTP_PROXY set to a closed port")
+    reading = {k: seen.get(k) for k in ("choices of an error body", "choices of the usage-only chunk", "choices of None")}
+    as_json = seen.get("resp.json() on a stream")
+    kinds = {k: o.error_type.rsplit(".", 1)[-1] for k, o in reading.items() if o and not o.ok and o.error_type}
+    refused_same = bool(dead and proxied and not dead.ok and dead.error_type == proxied.error_type)
+    nonetype = reading["choices of None"]
+    return [
+        row(
+            "s000-refused-message",
+            _seen(dead),
+            "the exception at a closed port",
+            bool(dead.error_type == "openai.APIConnectionError" and "Connection error" in str(dead.error)) if dead else None,
+            "the SDK wraps httpx's ConnectError ([Errno 111] Connection refused, in its chain) in APIConnectionError",
+        ),
+        row(
+            "s001-refused-cause",
+            f"closed port: {_seen(dead)[:60]}; proxy variable to a closed port: {_seen(proxied)[:60]}",
+            "",
+            None if refused_same else (True if dead and proxied else None),
+            "depends: a proxy variable pointing at a closed port raises the same error with the server up and the port "
+            "right (section 3); only the environment tells them apart"
+            if refused_same
+            else "the two causes were not both reproduced, or they differ here",
+        ),
+        row(
+            "s000-choices-errors",
+            ", ".join(f"{k}: {v}" for k, v in kinds.items()) or "not reproduced",
+            "exceptions",
+            {"KeyError", "IndexError"} <= set(kinds.values()) if kinds else None,
+            "an error body read as a success raises KeyError: 'choices'; a usage-only stream chunk (choices == []) "
+            "IndexError; a swallowed exception a third kind",
+        ),
+        row(
+            "s000-choices-cause",
+            f"{sum(v == 'KeyError' for v in kinds.values())} of {len(kinds)} reproduced ways is an error body",
+            "",
+            None if len(kinds) > 1 else (True if kinds else None),
+            "depends: an error body without choices is one way; a usage-only stream chunk and a helper that returns None "
+            "on failure are others, and the SDK itself raises before any choices are read (an APIStatusError)",
+        ),
+        row(
+            "s001-nonetype-choices",
+            _seen(nonetype),
+            "",
+            # it holds only if an unexpected chunk is what raises it; reproduced, it is the None a helper returned
+            kinds.get("choices of the usage-only chunk") == "AttributeError" if nonetype and len(kinds) > 1 else None,
+            "that message comes from reading .choices of None, which a helper returns when it swallows an exception; an "
+            "unexpected chunk raises IndexError here, and a truncated reply raises nothing (finish_reason says length)",
+        ),
+        row(
+            "s002-keyerror-choices",
+            _seen(reading["choices of an error body"]),
+            "",
+            kinds.get("choices of an error body") == "KeyError" if kinds else None,
+            "the body of a refused request is an error object ({'error': ...}), with no choices",
+        ),
+        row(
+            "s000-stream-not-json",
+            _seen(as_json),
+            "",
+            bool(as_json and not as_json.ok) if as_json else None,
+            "a streamed body is lines of 'data: {...}' events, not one JSON document: iterate the events",
+        ),
+        row(
+            "s000-finish-length",
+            finish_reason or "not measured",
+            "finish_reason with max_tokens=5",
+            finish_reason == "length" if finish_reason else None,
+            "a reply cut by max_tokens ends with finish_reason 'length' (a finished one 'stop')",
+        ),
+    ]

@@ -161,9 +161,57 @@ def _bench_row() -> dict:
     )
 
 
+LAUNCHER = "python -m vllm.entrypoints.openai.api_server"  # the articles' launcher: `vllm serve`'s parser behind it
+
+
+def command_flags(command: str) -> list[str]:
+    """The `--flags` a printed shell command passes, in order (their values not included)."""
+    return re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", command)
+
+
+def launch_commands(claim_id: str) -> list[str]:
+    """The printed vLLM launch commands of the article sentences that carry `claim_id` (data/claims_index.json)."""
+    from .articles import sentence_index
+
+    seed = claim_id[1:4]
+    entries = sentence_index()["articles"][seed]
+    return [e["text"] for e in entries if claim_id in e.get("ids", []) and LAUNCHER in e["text"]]
+
+
+def _launch_row(claim_id: str, version: str, flags: frozenset[str]) -> dict:
+    from .claims import row
+
+    commands = launch_commands(claim_id)
+    passed = [f for c in commands for f in command_flags(c)]
+    refused = sorted({f for f in passed if f not in flags})
+    return row(
+        claim_id,
+        f"refused: {', '.join(refused)}" if refused else f"all {len(set(passed))} flags accepted",
+        "",
+        not refused,
+        f"the {len(commands)} commands' flags ({', '.join(dict.fromkeys(passed))}) against vLLM {version}'s own "
+        f"`--help=all` (their values are checked when the engine starts). `{LAUNCHER}` still runs the server in vLLM 0.32 but warns that it is deprecated: `vllm serve`",
+    )
+
+
+def _backend_flag_row(version: str, flags: frozenset[str]) -> dict:
+    from .claims import row
+
+    named = {flag: flag in flags for flag in ("--attention-backend", "--backend")}
+    return row(
+        "s001-backend-flag-name",
+        ", ".join(f"{flag} {'accepted' if ok else 'refused'}" for flag, ok in named.items()),
+        "",
+        None if any(named.values()) else False,
+        f"depends on the version, as the article says: in vLLM {version}'s own `--help=all` "
+        + " and ".join(f"{flag} is {'a flag' if ok else 'not a flag'}" for flag, ok in named.items())
+        + "; its advice (read your version's --help) is the check",
+    )
+
+
 def article_code_table() -> pd.DataFrame:
     """The articles' printed code judged as written: seed 003's launcher run in the installed vLLM, its load script
-    read, and seed 001's benchmark read."""
+    read, seed 001's benchmark read, and seeds 001's and 002's launch commands' flags against vLLM's own list."""
     from .claims import row
 
     ran = launcher_runs()
@@ -201,4 +249,8 @@ def article_code_table() -> pd.DataFrame:
         "asyncio.gather at once, and aiohttp's default connector opens at most 100 connections, so up to 100 are in "
         "flight (the rest wait for a connection, a wait its TTFT counts); an asyncio.Semaphore(CONCURRENCY) would apply it",
     )
-    return pd.DataFrame([launcher, concurrency, _bench_row()])
+    from .engines.vllm import known_flags
+
+    version, flags = known_flags()  # the installed vLLM's, else vLLM 0.33.0's (data/vllm_serve_flags_0.33.0.txt)
+    launches = [_launch_row(i, version, flags) for i in ("s001-launch-commands", "s002-launch-commands")]
+    return pd.DataFrame([launcher, concurrency, _bench_row(), *launches, _backend_flag_row(version, flags)])

@@ -90,7 +90,7 @@ def lesson(checks: pd.DataFrame, lab: str) -> pd.DataFrame:
     mine = checks[checks["id"].isin(lesson_ids(lab))]
     print(
         f"{len(mine)} of the {len(checks)} claims judged here are this lab's questions; "
-        "the appendix lab, 06 The articles, checked, shows every one with its evidence."
+        "the appendix lab, 07 The articles, checked, shows every one with its evidence."
     )
     return mine
 

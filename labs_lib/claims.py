@@ -84,7 +84,7 @@ def _mha_like(layers: int, kv_heads: int, head_dim: int, q_heads: int = 64) -> M
 
 
 def kv_claims_table(seed: int = 0) -> pd.DataFrame:
-    """Every lab-01 claim, recomputed with labs_lib.kv_math."""
+    """Every lab-01 claim and the articles' bytes-per-weight claims, recomputed with labs_lib.kv_math."""
     rows = [
         *_kv_size_rows(),
         _card_row(),
@@ -95,8 +95,128 @@ def kv_claims_table(seed: int = 0) -> pd.DataFrame:
         _int_bytes_row(),
         _head_ratio_row(),
         _card_floor_row(),
+        _70b_shape_row(),
+        _formula_row(),
+        _70b_ten_requests_row(),
+        _linear_row(),
+        _weight_fraction_row(),
+        _fp32_row(),
     ]
     return pd.DataFrame(rows)
+
+
+def _70b_shape_row() -> dict:
+    c = claim("s000-70b-shape")
+    shapes = {
+        load_model(m).name: (load_model(m).num_layers, load_model(m).num_q_heads, load_model(m).num_kv_heads) for m in c["models"]
+    }
+    ok = all(list(shape) == c["value"] for shape in shapes.values())
+    return row(
+        "s000-70b-shape",
+        "; ".join(f"{name} {'/'.join(map(str, shape))}" for name, shape in shapes.items()),
+        "layers/query heads/KV heads",
+        ok,
+        "read from each model's config.json (data/models.json): " + ("the same shape in both" if ok else "they differ"),
+    )
+
+
+def _article_formula_bytes(m: ModelSpec, seq_len: int, value_bytes: float = 2) -> float:
+    """Seed 000's formula as printed: 2 x layers x seq_len x KV heads x head_dim x dtype bytes (one sequence)."""
+    assert m.head_dim is not None, m.name  # every model but MLA's has one; the caller skips MLA
+    return 2 * m.num_layers * seq_len * m.num_kv_heads * m.head_dim * value_bytes
+
+
+def _formula_row() -> dict:
+    """The printed formula against kv_math over the whole catalogue: exact where every layer caches every token's K
+    and V per KV head; not for MLA (one latent per token) nor for sliding-window layers (capped at the window)."""
+    c = claim("s000-kv-formula")
+    exact, off = [], {}
+    for entry in catalogue().values():
+        m = load_model(entry["name"])
+        ours = kv_cache(m, c["seq_len"], 1, "fp16").kv_bytes
+        if m.kv_lora_rank:  # MLA: no K and V per head to put in the formula
+            off[m.name] = "MLA, not applicable"
+        elif (printed := _article_formula_bytes(m, c["seq_len"])) == ours:
+            exact.append(m.name)
+        else:
+            off[m.name] = f"{printed / ours:.1f}x"
+    return row(
+        "s000-kv-formula",
+        f"exact for {len(exact)} of {len(exact) + len(off)} catalogue models",
+        "",
+        None if off else True,
+        f"at {c['seq_len']:,} tokens, fp16: exact for every model whose layers all keep every token's K and V per KV "
+        "head; not for "
+        + ", ".join(f"{name} ({why})" for name, why in off.items())
+        + ": MLA caches one latent per token, and sliding-window layers hold only their window",
+    )
+
+
+def _70b_ten_requests_row() -> dict:
+    c = claim("s003-70b-10x4096")
+    gb = kv_cache(c["model"], c["seq_len"], c["batch"], "fp16").kv_bytes / 1e9
+    mha_gb = kv_cache(_mha_like(80, 64, 128), c["seq_len"], c["batch"], "fp16").kv_bytes / 1e9
+    holds, off = verdict(c["value"], gb)
+    return row(
+        "s003-70b-10x4096",
+        significant(gb),
+        "GB",
+        holds,
+        f"{c['batch']} x the article's own 5 GB per request; LLaMA-2-70B (8 KV heads) needs {gb:.1f} GB, and an MHA "
+        f"model of its shape {mha_gb:.0f} GB: the 50 GB fits neither",
+        off,
+    )
+
+
+def _linear_row() -> dict:
+    """KV bytes at twice the context over the catalogue: 2x where every layer keeps every token."""
+    c = claim("s004-kv-linear")
+    ratios = {}
+    for entry in catalogue().values():
+        m = load_model(entry["name"])
+        ratios[m.name] = kv_cache(m, 2 * c["seq_len"], 1, "fp16").kv_bytes / kv_cache(m, c["seq_len"], 1, "fp16").kv_bytes
+    sublinear = {name: r for name, r in ratios.items() if abs(r - 2) > 1e-9}
+    return row(
+        "s004-kv-linear",
+        f"{len(ratios) - len(sublinear)} of {len(ratios)} models double",
+        f"from {c['seq_len']:,} to {2 * c['seq_len']:,} tokens",
+        None if sublinear else True,
+        "linear for every model whose layers keep every token; sliding-window layers stop growing at their window: "
+        + ", ".join(f"{name} x{r:.2f}" for name, r in sublinear.items()),
+    )
+
+
+def _weight_fraction_row() -> dict:
+    """INT8/INT4 weights as a share of FP16's bytes: bare widths, and as llama.cpp stores them (a scale per 32)."""
+    c = claim("s004-int-weights-fraction")
+    fp16 = dtype("fp16").block_bytes / dtype("fp16").block_values
+    share = {fmt: dtype(name).block_bytes / dtype(name).block_values / fp16 for fmt, name in c["stored_as"].items()}
+    within = [verdict(said, share[fmt])[0] for fmt, said in zip(c["stored_as"], c["value"], strict=True)]
+    return row(
+        "s004-int-weights-fraction",
+        ", ".join(f"{fmt} {v:.3f}" for fmt, v in share.items()),
+        "of FP16's bytes, scales included",
+        True if all(within) else None,
+        "as bare widths exactly 1/2 and 1/4; stored with their scales ("
+        + ", ".join(f"llama.cpp's {name}: {dtype(name).block_bytes} bytes per 32 weights" for name in c["stored_as"].values())
+        + f") {', '.join(f'{fmt} {v / said - 1:+.0%}' for (fmt, v), said in zip(share.items(), c['value'], strict=True))}; "
+        "a model file spares some tensors too (lab 05's Q4_0 keeps the embedding in 8 bits)",
+    )
+
+
+def _fp32_row() -> dict:
+    c = claim("s004-fp32-doubles")
+    ratio = weight_bytes(c["model"], "fp32") / weight_bytes(c["model"], "fp16")
+    holds, off = verdict(c["value"], ratio)
+    return row(
+        "s004-fp32-doubles",
+        significant(ratio),
+        "x float16's bytes",
+        holds,
+        f"{load_model(c['model']).name}'s weights at 4 bytes against 2; a decode step reads every weight once, so the "
+        "bytes it reads double with them (and the KV cache's too where --kv-cache-dtype is 'auto', which follows --dtype)",
+        off,
+    )
 
 
 def _int_bytes_row() -> dict:

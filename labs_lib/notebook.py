@@ -60,8 +60,9 @@ def setup(lab: str) -> None:
 
 
 SHOW = "show"  # the answer that asks for the expected value
-# an exercise's or a design task's unanswered line: `answer_2 = None  # …`, `design = None`, `design_strict = None`
-UNANSWERED = re.compile(r"^((?:answer_\w+|design\w*) = )None\b", re.MULTILINE)
+# an exercise's or a design task's unanswered line: `answer_2 = None  # …`, `design = None`, `design_strict = None`,
+# or as ruff formats one whose comment is long: `answer_q7 = (\n    None  # …\n)`
+UNANSWERED = re.compile(r"^((answer_\w+|design\w*) = (?:\(\s*)?)None\b", re.MULTILINE)
 
 
 def show_answers(cells: list[dict]) -> int:
@@ -144,6 +145,7 @@ def check_exercise(
     hint = f" Hint: {hint}" if hint else ""
     target = Interval(float(expected[0]), float(expected[1]), interval_is) if isinstance(expected, tuple) else expected
     prediction = _predictions.get(label) if prediction is None else prediction
+    prediction = None if asked_to_show(prediction) else prediction  # "show" asks for the answer; it predicts nothing
     verdict = _check(label, answer, target, rel_tol, hint)
     if verdict is not None and (verdict or _misses.get(label, 0) >= 2 or asked_to_show(answer)):
         print(f"  {_against_prediction(prediction, target)}")

@@ -60,6 +60,8 @@ from .timing import RequestSpec
 
 SCHEMA = "labs-sweep/1"
 CONFIG_FIELDS = {f.name for f in dataclasses.fields(EngineConfig)}
+YOUR_EXPERIMENT = ("knob", "values", "concurrency", "long_prompt_tokens", "slo_ttft_ms", "slo_tpot_ms")
+MAX_YOUR_POINTS = 4  # values, and load levels: each value is an engine start
 
 
 @dataclass(frozen=True)
@@ -157,6 +159,65 @@ class Grid:
         for cfg in grid.configs():
             EngineConfig(**cfg).validated()
         return grid
+
+    def experiment(self) -> dict | None:
+        """This grid as a participant's experiment is written (lab 04): its one knob and values, its first
+        workload's concurrency levels and long prompt; None for a grid of variants (the GPU's chunked prefill)."""
+        if len(self.axes) != 1 or self.variants or not self.workloads:
+            return None
+        ((knob, values),) = self.axes.items()
+        load = self.workloads[0]
+        return {
+            "knob": knob,
+            "values": list(values),
+            "concurrency": list(load.concurrency),
+            "long_prompt_tokens": load.long_prompt_tokens,
+        }
+
+    def yours(self, experiment: dict | str, slo: SLO) -> tuple[Grid, SLO]:
+        """This grid with a participant's experiment in place of its own (lab 04): one knob (an EngineConfig field)
+        over their values, their concurrency levels and long prompt on the grid's first workload, judged by their
+        SLO (`slo`'s limits where they set none). "show": the grid's own experiment (`experiment()`), run the same
+        way (a grid of variants, as it is). Named for the experiment, so a changed one gets its own results file; a bad value is refused in one
+        line, before anything starts."""
+        shown = isinstance(experiment, str) and experiment.strip().lower() == "show"
+        if shown:
+            own = self.experiment()
+            if own is None:  # not one knob: the grid runs as it is
+                return self, slo
+            experiment = own
+        if not isinstance(experiment, dict):
+            raise BadInput("experiment", experiment, 'allowed: "show", or a dict with ' + ", ".join(YOUR_EXPERIMENT))
+        unknown = sorted(set(experiment) - set(YOUR_EXPERIMENT))
+        missing = [k for k in ("knob", "values", "concurrency") if k not in experiment]
+        if unknown or missing:
+            bad = unknown[0] if unknown else f"(no {missing[0]})"
+            raise BadInput("experiment key", bad, "allowed: " + ", ".join(YOUR_EXPERIMENT))
+        knob, values, levels = experiment["knob"], experiment["values"], experiment["concurrency"]
+        if knob not in CONFIG_FIELDS:
+            raise BadInput("knob", knob, "allowed: an engine setting, one of " + ", ".join(sorted(CONFIG_FIELDS)))
+        for what, given in (("values", values), ("concurrency", levels)):
+            if not isinstance(given, list) or not 1 <= len(given) <= MAX_YOUR_POINTS:
+                raise BadInput(what, given, f"allowed: a list of 1 to {MAX_YOUR_POINTS} values (each value is an engine start)")
+        if not self.workloads:
+            raise BadInput("grid", self.name, "allowed: a grid with a workload to load")
+        load = {"concurrency": levels, **{k: experiment[k] for k in ("long_prompt_tokens",) if k in experiment}}
+        workload = _workload({**_workload_key(self.workloads[0]), **load}, "experiment")
+        limits = {
+            k: positive_number(f"slo_{k}", experiment[f"slo_{k}"]) for k in ("ttft_ms", "tpot_ms") if f"slo_{k}" in experiment
+        }
+        tag = "own" if shown else hashlib.sha1(json.dumps(experiment, sort_keys=True, default=str).encode()).hexdigest()[:8]
+        grid = dataclasses.replace(
+            self,
+            name=f"{self.name}-yours-{tag}",
+            axes={knob: list(values)},
+            variants=[],
+            workloads=[workload],
+            skipped=self.skipped if shown else "",  # yours runs whatever the size: you chose it
+        )
+        for cfg in grid.configs():
+            EngineConfig(**cfg).validated()
+        return grid, dataclasses.replace(slo, **limits)
 
     def points(self) -> list[Point]:
         pts = []

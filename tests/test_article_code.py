@@ -64,3 +64,32 @@ def test_seed_001s_bench_is_the_articles_own_and_counts_no_token():
     assert counts_tokens("seed001_bench.txt") is False and counts_tokens("seed003_load.txt") is True
     judged = _bench_row()
     assert judged["verdict"] == "does not hold" and "no throughput" in judged["why"]
+
+
+def test_the_launch_commands_are_the_articles_and_each_flag_is_judged_by_the_list():
+    shipped = frozenset((REPO / "data" / "vllm_serve_flags_0.33.0.txt").read_text().split())
+    commands = article_code.launch_commands("s001-launch-commands")
+    assert len(commands) == 5 and all(c.startswith(article_code.LAUNCHER) for c in commands)
+    if SEED.parent.exists():
+        assert all(c in (SEED.parent / "001_db7333d266339ee5.txt").read_text() for c in commands)
+    assert article_code._launch_row("s001-launch-commands", "0.33.0", shipped)["verdict"] == "holds"
+    # what-if: a version without the attention-backend flag refuses the FLASH_ATTN, AWQ and fp8 commands
+    older = article_code._launch_row("s001-launch-commands", "x", shipped - {"--attention-backend"})
+    assert older["verdict"] == "does not hold" and older["computed"] == "refused: --attention-backend", older
+    assert "--served-model-name" in article_code._launch_row("s002-launch-commands", "0.33.0", shipped)["why"]
+
+
+def test_the_backend_flags_two_names_are_judged_by_the_list():
+    shipped = frozenset((REPO / "data" / "vllm_serve_flags_0.33.0.txt").read_text().split())
+    row = article_code._backend_flag_row("0.33.0", shipped)
+    assert row["verdict"] == "depends" and row["computed"] == "--attention-backend accepted, --backend refused"
+    neither = article_code._backend_flag_row("x", shipped - {"--attention-backend"})
+    assert neither["verdict"] == "does not hold", neither
+
+
+def test_the_articles_launcher_module_still_serves_and_warns_in_the_installed_vllm(vllm_installed):
+    """The launch rows' evidence: `python -m vllm.entrypoints.openai.api_server` runs the server, with a warning that
+    the command is deprecated (read in the installed vLLM's own source)."""
+    source = (vllm_installed / "entrypoints" / "openai" / "api_server.py").read_text()
+    main = source.split('if __name__ == "__main__":', 1)[1]
+    assert "command is deprecated" in main and "main()" in main

@@ -8,6 +8,7 @@ import asyncio
 import inspect
 import json
 import math
+import re
 from itertools import pairwise
 
 import numpy as np
@@ -560,3 +561,33 @@ def test_a_build_it_cell_that_defines_no_core_is_refused():
     cell = {"cell_type": "code", "metadata": {"tags": [cores.TAG]}, "source": "def my_timer(times):\n    pass\n"}
     with pytest.raises(BadInput, match="def my_timer"):
         cores.fill_in([cell])
+
+
+def test_each_notebook_points_at_its_own_cores_and_the_appendix_by_its_file():
+    """The import cell names the module holding the lab's references (one step from notebook to cores), and a
+    lesson's pointer to the appendix names the appendix's own notebook file."""
+    appendix = next((REPO / "notebooks").glob("*_articles_checked.ipynb"))
+    for path in sorted((REPO / "notebooks").glob("*.ipynb")):
+        source = "".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"])
+        named = set(re.findall(r"labs_lib/cores/lab(\d\d)\.py", source))
+        if path.name[:2] in cores.BY_LAB:
+            assert named == {path.name[:2]}, (path.name, named)
+        for number, file in re.findall(r"\*(\d\d) The articles, checked\* \(`notebooks/([\w.]+)`\)", source):
+            assert (number, file) == (appendix.name[:2], appendix.name), path.name
+        if "The articles, checked" in source and path != appendix:
+            assert f"`notebooks/{appendix.name}`" in source, path.name
+
+
+def test_the_runner_fills_each_fix_it_cell_with_its_fix():
+    """Lab 06's fix-it cells: each defines one snippet of cores.FIXES, which fill_in puts in its place (so the run
+    CI makes takes the fixed path); a fix-it cell defining no known snippet is refused in one line."""
+    path = next((REPO / "notebooks").glob("06_*.ipynb"))
+    cells = json.loads(path.read_text())["cells"]
+    fix_its = [c for c in cells if cores.FIX_TAG in c["metadata"].get("tags", [])]
+    written = {cores.snippet_in("".join(c["source"])): "".join(c["source"]) for c in fix_its}
+    assert sorted(written) == sorted(cores.FIXES) and all(written[n] != cores.FIXES[n] for n in written)
+    filled = cores.fill_in(cells)
+    assert set(cores.FIXES) <= set(filled)
+    assert {"".join(c["source"]) if isinstance(c["source"], list) else c["source"] for c in fix_its} == set(cores.FIXES.values())
+    with pytest.raises(BadInput, match="fix-it cell"):
+        cores.fill_in([{"cell_type": "code", "metadata": {"tags": [cores.FIX_TAG]}, "source": "def other():\n    pass"}])

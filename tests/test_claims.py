@@ -447,3 +447,39 @@ def test_lab05_verdicts_follow_the_run():
     assert int8_row(0.39, 0.45, 30.0, 28.0)["verdict"] == "holds"
     assert int8_row(0.20, 0.45, 30.0, 28.0)["verdict"] == "does not hold"  # memory saved: outside 10% of 40%
     assert int8_row(0.40, 0.45, 30.0, 31.0)["verdict"] == "does not hold"  # TPOT did not improve
+
+
+def test_the_70bs_shape_is_read_from_their_configs(monkeypatch):
+    assert _judged(kv_claims_table, "s000-70b-shape")["verdict"] == "holds"
+    mha = _judged(kv_claims_table, "s000-70b-shape", monkeypatch, value=[80, 64, 64])  # had it said MHA
+    assert mha["verdict"] == "does not hold"
+
+
+def test_the_printed_formula_is_exact_where_every_layer_keeps_every_token(monkeypatch):
+    import labs_lib.claims as cl
+    from labs_lib.models import catalogue
+
+    r = _judged(kv_claims_table, "s000-kv-formula")
+    assert r["verdict"] == "depends" and "DeepSeek-V3 (MLA, not applicable)" in r["why"] and "Gemma-3-270M" in r["why"]
+    full = {ref: e for ref, e in catalogue().items() if not e.get("sliding_window") and not e.get("kv_lora_rank")}
+    monkeypatch.setattr(cl, "catalogue", lambda: full)  # full attention only: the formula is kv_math's, exactly
+    assert kv_claims_table().set_index("id").loc["s000-kv-formula", "verdict"] == "holds"
+    assert kv_claims_table().set_index("id").loc["s004-kv-linear", "verdict"] == "holds"
+
+
+def test_ten_70b_requests_are_neither_reading_of_50_gb(monkeypatch):
+    r = _judged(kv_claims_table, "s003-70b-10x4096")
+    assert r["verdict"] == "does not hold" and float(r["computed"]) == pytest.approx(13.4, abs=0.05)
+    assert _judged(kv_claims_table, "s003-70b-10x4096", monkeypatch, value=13.4)["verdict"] == "holds"
+
+
+def test_integer_weights_shares_count_their_scales(monkeypatch):
+    r = _judged(kv_claims_table, "s004-int-weights-fraction")
+    assert r["computed"] == "int8 0.531, int4 0.281" and r["verdict"] == "depends"  # 34/64 and 18/64
+    bare = _judged(kv_claims_table, "s004-int-weights-fraction", monkeypatch, stored_as={"int8": "int8", "int4": "int4"})
+    assert bare["verdict"] == "holds"
+
+
+def test_float32_doubles_the_weights_bytes(monkeypatch):
+    assert _judged(kv_claims_table, "s004-fp32-doubles")["verdict"] == "holds"
+    assert _judged(kv_claims_table, "s004-fp32-doubles", monkeypatch, value=4)["verdict"] == "does not hold"

@@ -397,3 +397,34 @@ def test_the_articles_readings_of_failures_follow_what_was_reproduced():
     assert w["s000-refused-message"] == "does not hold" and w["s001-refused-cause"] == "holds"
     assert w["s001-nonetype-choices"] == "holds" and w["s000-finish-length"] == "does not hold"
     assert {r["verdict"] for r in failure_rows({}, None)} == {"depends"}  # nothing reproduced: nothing judged
+
+
+def test_lab06s_snippets_fail_as_written_and_work_fixed(monkeypatch, capsys):
+    """Lab 06's fix-it cells, run in the lab's own setup (its import, parameter and engine cells): each snippet as
+    written fails as its user would see it, named by the doctor; its fix (cores.FIXES, what the runner fills in)
+    works against the same engine."""
+    from labs_lib import cores
+
+    monkeypatch.setenv("LAB06_API_KEY", fake_key("lab06-"))
+    cells = json.loads((REPO / "notebooks" / "06_troubleshooting.ipynb").read_text())["cells"]
+    sources = ["".join(c["source"]) if c["cell_type"] == "code" else "" for c in cells]
+    setup = next(i for i, s in enumerate(sources) if "stack = lab_stack()" in s)
+    namespace: dict = {}
+    for source in sources[: setup + 1]:  # imports, parameters, P, the engine with its key, client() and chat()
+        exec(compile(source, "<cell>", "exec"), namespace)
+    namespace["classify"] = cores.CORES["classify"].reference
+    try:
+        fix_its = [s for c, s in zip(cells, sources, strict=True) if cores.FIX_TAG in c["metadata"].get("tags", [])]
+        assert sorted(cores.snippet_in(s) for s in fix_its) == sorted(cores.FIXES)
+        expected = {"snippet_key": "auth", "snippet_stream": "delta_without_text", "snippet_long_document": "context_exceeded"}
+        for source in fix_its:
+            name = cores.snippet_in(source)
+            exec(compile(source, "<cell>", "exec"), namespace)
+            broken = namespace["fix_it"](name, namespace[name], namespace["classify"])
+            assert not broken.ok and broken.diagnosis.code == expected[name], (name, broken)
+            exec(compile(cores.FIXES[name], "<fix>", "exec"), namespace)
+            fixed = namespace["fix_it"](name, namespace[name], namespace["classify"])
+            assert fixed.ok and fixed.result, (name, fixed)
+        assert f"{name}: works: the reply is" in capsys.readouterr().out
+    finally:
+        namespace["stack"].close()

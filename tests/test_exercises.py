@@ -84,6 +84,25 @@ def test_a_reference_run_asks_every_unanswered_exercise_and_design_task_for_its_
     assert cells[1]["source"] == 'design = "show"  # e.g. {"gpu": "L4"}\nif answer_1 is None:\n    design_strict = None\n'
     assert cells[2]["source"] == "answer_1 = None (a sentence, not code)"
     assert cells[3]["source"] == 'my_design = None\nold_answer_1 = None\ndesign_strict = "show"\n'
+    # as ruff formats an answer line whose comment is too long for one line
+    wrapped = [{"cell_type": "code", "source": "answer_q7 = (\n    None  # one or two sentences: why …\n)\n"}]
+    assert (
+        lab.show_answers(wrapped) == 1 and wrapped[0]["source"] == 'answer_q7 = (\n    "show"  # one or two sentences: why …\n)\n'
+    )
+
+
+def test_every_answer_line_of_the_labs_is_one_a_reference_run_fills_and_the_study_time_counts():
+    """An exercise or design line indented in a block is neither shown its answer by `labs run` nor counted in the
+    lab's stated time: each lab's sits at the top level of its cell."""
+    import json
+    import re
+
+    from conftest import REPO
+
+    for path in sorted((REPO / "notebooks").glob("*.ipynb")):
+        code = "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code")
+        anywhere = re.findall(r"^[ \t]*(?:answer_\w+|design\w*) = (?:\(\s*)?None\b", code, re.MULTILINE)
+        assert len(anywhere) == len(lab.UNANSWERED.findall(code)), path.name
 
 
 def test_an_interval_is_labelled_by_what_it_is(capsys):

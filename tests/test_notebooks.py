@@ -69,6 +69,9 @@ def _shows_what_every_run_must(executed: dict, lab: str, outputs: str, as_writte
     for name in names:
         verdict = f"{name}: not written yet" if as_written else f"{name}: agrees with the library on all"
         assert verdict in outputs, verdict
+    fix_its = [c for c in executed["cells"] if cores.FIX_TAG in c["metadata"].get("tags", [])]
+    if fix_its:  # filled in, each snippet's fix works; as written, each snippet fails and is diagnosed
+        assert outputs.count(": fails: " if as_written else ": works: the reply is") >= len(fix_its), lab
     assert not [o for c in executed["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
     # progress bars drawn as text (the runner's LABS_PROGRESS): a widget would be saved at its first frame, "0%"
     widgets = [

@@ -544,13 +544,31 @@ def test_learner_text_speaks_to_the_learner(path):
 def test_each_lab_states_an_honest_time_and_the_readme_shows_it():
     """The plan a lab's introduction states covers its reading and writing (labs_lib.study_time) and at most 15
     minutes of running; the README's table shows each lab's plan."""
-    from labs_lib.study_time import stated_plan_min, study_time
+    from labs_lib.study_time import stated_plan_min, stated_split_min, study_time
 
     readme = (REPO / "README.md").read_text()
     for nb in sorted((REPO / "notebooks").glob("*.ipynb")):
         plan, needed = stated_plan_min(nb), study_time(nb).total_min
         assert plan is not None and needed <= plan <= needed + 15, (nb.name, plan, needed)
         assert f"| {nb.name[:2]} | `notebooks/{nb.name}` | {plan} |" in readme, nb.name
+        split, cost = stated_split_min(nb), study_time(nb)
+        if split is not None:  # the breakdown beside the plan follows the cells too
+            assert split == (round(cost.reading_min), round(cost.writing_min)), (nb.name, split, cost)
+
+
+def test_each_prediction_is_asked_where_its_section_starts_and_answered_by_the_run():
+    """No "predict first" prompt without a cell to write in; each prediction cell follows its question, and a
+    section's prediction (an exercise's is answered by its check) is set beside this run's measurement later."""
+    for nb in sorted((REPO / "notebooks").glob("*.ipynb")):
+        cells = json.loads(nb.read_text())["cells"]
+        sources = ["".join(c["source"]) for c in cells]
+        assert not any("predict first" in s.lower() for s in sources), nb.name
+        for i, source in enumerate(sources):
+            for label in re.findall(r'lab\.predict\("([^"]+)"', source):
+                assert cells[i - 1]["cell_type"] == "markdown" and "**Predict" in sources[i - 1], (nb.name, label)
+                if not label.isdigit():
+                    answered = re.compile(r'lab\.takeaway\(\s*"' + re.escape(label) + '"')
+                    assert any(answered.search(s) for s in sources[i + 1 :]), (nb.name, label)
 
 
 def test_every_package_of_labs_lib_ships_in_the_wheel():
@@ -602,3 +620,18 @@ def test_readme_fits_a_glance_and_each_of_its_commands_exists():
         else:  # the conda path: environment.yml (test_environment_yml_*), the project, the kernel the labs name
             assert words[0] in ("conda", "pip", "python"), command
             assert "environment.yml" in command or "--no-deps -e ." in command or KERNEL_NAME in command
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "notebooks").glob("*.ipynb")), ids=lambda p: p.stem)
+def test_every_notebook_is_valid_nbformat_with_unique_cell_ids(path):
+    """nbformat 4.5 wants an id on every cell (JupyterLab and papermill warn, and will refuse, without one)."""
+    import warnings
+
+    import nbformat
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "Cell is missing an id field" is a warning today
+        nb = nbformat.read(str(path), as_version=4)
+        nbformat.validate(nb)
+    ids = [c["id"] for c in nb.cells]
+    assert len(ids) == len(set(ids)), path.name

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import yaml
 from conftest import REPO, assert_one_line_error, run_cli
 
 from labs_lib.errors import BadInput
-from labs_lib.load import run_blocking
+from labs_lib.load import SLO, run_blocking
 from labs_lib.paths import DATA_DIR
 from labs_lib.sweep import SCHEMA, load_grid, read_rows, run_sweep
 
@@ -564,3 +565,37 @@ def test_two_runs_never_write_one_results_file(tmp_path):
 
     with writing(out):  # free again: this process may write it
         assert (tmp_path / "shared.jsonl.lock").read_text() == str(os.getpid())
+
+
+def test_a_participants_experiment_replaces_the_grids_knob_load_and_slo():
+    """Lab 04 §4: the participant's knob, values, load levels, long prompt and SLO over the experiment's grid; each
+    experiment its own results file; "show" runs the grid's own experiment the same way (a grid of variants as it
+    is); every bad value refused in one line before anything starts."""
+    lab_slo = SLO(ttft_ms=2000, tpot_ms=100)
+    for prefix, engine in (("cpu", "llamacpp"), ("vllm_cpu", "vllm")):
+        own = load_grid(DATA_DIR / "grids" / f"{prefix}_chunked_prefill.yaml", quick=True, engine=engine)
+        mine = {"knob": "batch_tokens", "values": [1024, 256, 64], "concurrency": [2, 4], "long_prompt_tokens": 400}
+        grid, slo = own.yours({**mine, "slo_ttft_ms": 900}, lab_slo)
+        assert grid.axes == {"batch_tokens": [1024, 256, 64]} and grid.base == own.base and not grid.skipped
+        (workload,) = grid.workloads
+        assert workload.concurrency == (2, 4) and workload.long_prompt_tokens == 400
+        assert workload.prompt_tokens == own.workloads[0].prompt_tokens  # the rest of the load is the grid's
+        assert len(grid.points()) == 3 * 2 and slo == SLO(ttft_ms=900, tpot_ms=100)  # the lab's TPOT limit kept
+        assert grid.name != own.yours(mine, lab_slo)[0].name != own.name  # another experiment, another results file
+        shown, shown_slo = own.yours("show", lab_slo)  # the grid's own experiment, through the same path
+        assert shown.points() == own.points() and shown.skipped == own.skipped and shown_slo == lab_slo
+    gpu = load_grid(DATA_DIR / "grids" / "gpu_chunked_prefill.yaml", engine="vllm")
+    assert gpu.experiment() is None and gpu.yours("show", lab_slo) == (gpu, lab_slo)
+    bad = [
+        ({**mine, "knob": "batch"}, "knob: 'batch' is not allowed"),
+        ({**mine, "values": [1, 2, 3, 4, 5]}, "a list of 1 to 4 values"),
+        ({**mine, "values": [0]}, "batch_tokens: 0 is not allowed"),
+        ({**mine, "concurrency": [0]}, "experiment.concurrency: 0 is not allowed"),
+        ({**mine, "slo_ttft_ms": "fast"}, "slo_ttft_ms: 'fast' is not allowed"),
+        ({**mine, "seed": 1}, "experiment key: 'seed' is not allowed"),
+        ({"values": [1], "concurrency": [1]}, "'(no knob)' is not allowed"),
+        ("fast", "experiment: 'fast' is not allowed"),
+    ]
+    for experiment, needle in bad:
+        with pytest.raises(BadInput, match=re.escape(needle)):
+            own.yours(experiment, lab_slo)

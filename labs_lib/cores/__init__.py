@@ -18,6 +18,8 @@ from . import lab01, lab02, lab03, lab04, lab05, lab06
 from .base import Core, verdict
 
 TAG = "build-it"
+FIX_TAG = "fix-it"  # a cell holding a broken client snippet to fix (lab 06); the runner puts its fix in place
+FIXES: dict[str, str] = dict(lab06.FIXES)
 BY_LAB: dict[str, dict[str, Core]] = {
     "01": lab01.CORES, "02": lab02.CORES, "03": lab03.CORES, "04": lab04.CORES, "05": lab05.CORES, "06": lab06.CORES
 }  # fmt: skip
@@ -49,6 +51,12 @@ def solution_source(name: str) -> str:
     return f"{core.imports}\n\n\n{source}".strip() if core.imports else source.strip()
 
 
+def snippet_in(source: str) -> str | None:
+    """The fix-it snippet a cell defines (its first `def NAME(` among FIXES), or None."""
+    names = [line[4:].split("(", 1)[0].strip() for line in source.splitlines() if line.startswith("def ")]
+    return next((n for n in names if n in FIXES), None)
+
+
 def defined_in(source: str) -> str | None:
     """The core a build-it cell's source defines (its first `def NAME(`, `async def NAME(` or `class NAME` among
     CORES), or None."""
@@ -61,13 +69,21 @@ def defined_in(source: str) -> str | None:
 
 
 def fill_in(cells: list[dict]) -> list[str]:
-    """Put each build-it cell's reference in place of what it holds (notebook cells, as nbformat reads them);
-    returns the cores filled in. A build-it cell that defines no core is refused."""
+    """Put each build-it cell's reference in place of what it holds (notebook cells, as nbformat reads them), and
+    each fix-it cell's fixed snippet; returns the names filled in. A cell that defines none of them is refused."""
     filled = []
     for cell in cells:
-        if TAG not in cell.get("metadata", {}).get("tags", []):
-            continue
+        tags = cell.get("metadata", {}).get("tags", [])
         source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+        if FIX_TAG in tags:
+            name = snippet_in(source)
+            if name is None:
+                raise BadInput("fix-it cell", source.splitlines()[0] if source else "(empty)", "allowed: " + ", ".join(FIXES))
+            cell["source"] = FIXES[name]
+            filled.append(name)
+            continue
+        if TAG not in tags:
+            continue
         name = defined_in(source)
         if name is None:
             raise BadInput(

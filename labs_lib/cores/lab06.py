@@ -1,5 +1,6 @@
 """Lab 06's build-its: the failure's code from an HTTP status and its message; a chat stream read whole (its
-text, usage and error); and when to send a failed request again."""
+text, usage and error); and when to send a failed request again. And its fix-its: three client snippets as the
+articles would have them written, each beside its fix (FIXES), which the runner puts in their cells."""
 
 from __future__ import annotations
 
@@ -107,4 +108,30 @@ CORES: dict[str, Core] = {
         retry_delay,
         "from labs_lib.doctor.retry import FIRST_DELAY_S, MAX_DELAY_S, MAX_RETRIES, MAX_RETRY_AFTER_S, RETRIED_STATUSES",
     ),
+}
+
+
+# Each fix-it cell's function, fixed: the cell as a participant leaves it once the snippet works. The names the
+# snippets use (openai, os, good, client, chat, P) are the notebook's.
+FIXES: dict[str, str] = {
+    "snippet_key": """def snippet_key():
+    # Seed 001's advice for a local server: api_key="EMPTY", "the local service does not check it".
+    key = os.environ["LAB06_API_KEY"]  # this server checks its key: read it from the environment, never write it here
+    c = openai.OpenAI(base_url=good.base_url, api_key=key, max_retries=0)
+    reply = c.chat.completions.create(model=good.model, messages=[{"role": "user", "content": "Say OK."}], max_tokens=8)
+    return reply.choices[0].message.content""",
+    "snippet_stream": """def snippet_stream():
+    # A stream read chunk by chunk, with the token counts asked for at its end.
+    stream = chat(client(), stream=True, stream_options={"include_usage": True})
+    text = ""
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:  # the usage chunk has no choices; a role chunk no text
+            text += chunk.choices[0].delta.content
+    return text""",
+    "snippet_long_document": """def snippet_long_document():
+    # A document summarized: sent whole, whatever its length.
+    words = ("word " * (2 * P.ctx_per_request)).split()
+    fits = " ".join(words[: P.ctx_per_request // 2])  # the context holds prompt and reply: send what fits
+    reply = chat(client(), messages=[{"role": "user", "content": "Summarize: " + fits}])
+    return reply.choices[0].message.content""",
 }

@@ -90,6 +90,11 @@ RULES: dict[str, tuple[str, str]] = {
         "'choices' was empty: with include_usage the last stream chunk carries only usage.",
         "guard with `if chunk.choices:` before chunk.choices[0]; read chunk.usage from that last chunk.",
     ),
+    "delta_without_text": (
+        "text was added up from a stream, and a chunk carried none (delta.content is None): the first chunk names the "
+        "role, the last gives the finish_reason, and neither has text.",
+        "add a chunk's text only when there is some: `if chunk.choices and chunk.choices[0].delta.content:`.",
+    ),
     "none_response": (
         "a helper returned None instead of a response (it caught an exception and carried on).",
         "let the exception propagate, or check for None and print the error the helper swallowed.",
@@ -276,6 +281,8 @@ def _diagnose_exception(exc: BaseException) -> Diagnosis:
         return _make("choices_missing", text)
     if isinstance(exc, IndexError):
         return _make("choices_empty", text)
+    if isinstance(exc, TypeError) and "NoneType" in str(exc) and "concatenate" in str(exc):
+        return _make("delta_without_text", text)
     if isinstance(exc, AttributeError) and "NoneType" in str(exc):
         return _make("none_response", text)
     if isinstance(exc, json.JSONDecodeError) or (isinstance(exc, ValueError) and "data:" in str(getattr(exc, "doc", ""))):

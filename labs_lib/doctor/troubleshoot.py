@@ -69,6 +69,20 @@ def attempt(what: str, call: Callable[[], object]) -> Outcome:
         )
 
 
+def fix_it(what: str, snippet: Callable[[], object], classify: Classify) -> Outcome:
+    """Run a client snippet as the participant left it: its reply once it works; else what its user sees, the name
+    `classify` gives the failure, and the doctor's cause and fix. Edit the snippet and run both cells again."""
+    o = attempt(what, snippet)
+    if o.ok:
+        print(f"{what}: works: the reply is {o.result!r}")
+        return o
+    print(f"{what}: fails: {o.error_type}: {o.error}")
+    named = o.row(classify)["named by classify"]
+    whose = "your" if classify.__module__ == "__main__" else "the library's"  # as cores.whose says it
+    print(f"  {whose} classify names it {named!r}" + (f"; the doctor says {o.diagnosis}" if o.diagnosis else ""))
+    return o
+
+
 def table(outcomes: list[Outcome], classify: Classify | None = None) -> pd.DataFrame:
     """A row per call (Outcome.row); with `classify` (lab 06's participant's, once checked) each failure is named by
     it before the doctor's diagnosis."""

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 from functools import cache
+from itertools import pairwise
 
 import numpy as np
 import pandas as pd
@@ -84,7 +86,8 @@ def _mha_like(layers: int, kv_heads: int, head_dim: int, q_heads: int = 64) -> M
 
 
 def kv_claims_table(seed: int = 0) -> pd.DataFrame:
-    """Every lab-01 claim and the articles' bytes-per-weight claims, recomputed with labs_lib.kv_math."""
+    """Every lab-01 claim, the articles' bytes-per-weight claims and decode's roofs, recomputed (labs_lib.kv_math,
+    labs_lib.roofline)."""
     rows = [
         *_kv_size_rows(),
         _card_row(),
@@ -101,8 +104,113 @@ def kv_claims_table(seed: int = 0) -> pd.DataFrame:
         _linear_row(),
         _weight_fraction_row(),
         _fp32_row(),
+        _default_09_row(),
+        _max_model_len_row(),
+        *_pool_sets_concurrency_rows(),
+        _batch1_utilization_row(),
+        *_decode_bound_rows(),
     ]
     return pd.DataFrame(rows)
+
+
+def _roof_rows(c: dict, batches: tuple[int, ...]) -> pd.DataFrame:
+    """Decode's two roofs (labs_lib.roofline, lab 03's section 8) for the claim's model on its cards."""
+    from .roofline import catalogue_rows
+
+    return pd.DataFrame(catalogue_rows(c["model"], tuple(c["gpus"]), batches=batches, context_tokens=c["context_tokens"]))
+
+
+def _batch1_utilization_row() -> dict:
+    """The best a batch-1 decode can use of a card's arithmetic: its speed at the memory roof over the compute roof."""
+    c = claim("s003-batch1-under-10pct")
+    roofs = _roof_rows(c, (1,))
+    used = 100 * roofs.bound_tokens_per_s / roofs.compute_bound_tokens_per_s
+    return row(
+        "s003-batch1-under-10pct",
+        f"{used.min():.2f}-{used.max():.2f}",
+        f"% of the compute roof at most ({load_model(c['model']).name}, batch 1, {c['context_tokens']:,} tokens)",
+        bool((used < c["value"]).all()),
+        "at the memory roof (every byte of weights and KV read once per token at the card's full bandwidth) on "
+        + ", ".join(c["gpus"])
+        + "; a real decode is slower still, so its share of the arithmetic is lower",
+    )
+
+
+def _decode_bound_rows() -> list[dict]:
+    """Which roof is lower for decode, at batch 1 and at a batch of 64, per card: memory-bound where the memory roof is."""
+    rows = []
+    for cid in ("s003-decode-memory-bound", "s004-decode-memory-bound"):
+        c = claim(cid)
+        roofs = _roof_rows(c, tuple(c["batches"]))
+        memory = roofs.limited_by == "memory"
+        rows.append(
+            row(
+                cid,
+                f"memory-bound at {int(memory.sum())} of {len(roofs)} (card, batch) points",
+                f"{load_model(c['model']).name}, batches {' and '.join(map(str, c['batches']))}",
+                bool(memory.all()) or None,
+                "on a GPU the memory roof is the lower one until the batch is large (the weights are read once per step for "
+                "the whole batch); on the 2-core CPU these labs run on, lab 03 measured the compute roof as low or lower",
+            )
+        )
+    return rows
+
+
+def _default_09_row() -> dict:
+    """Seed 000's default against vLLM's (VLLM_GPU_MEMORY_UTILIZATION, which tests/test_claims.py reads in the
+    installed vLLM's vllm/config/cache.py)."""
+    c = claim("s000-util-default-09")
+    same = c["value"] == VLLM_GPU_MEMORY_UTILIZATION
+    return row(
+        "s000-util-default-09",
+        VLLM_GPU_MEMORY_UTILIZATION,
+        "fraction",
+        True if same else None,
+        f"vLLM's CacheConfig default is {VLLM_GPU_MEMORY_UTILIZATION} in 0.32 and 0.33"
+        + ("" if same else f"; {c['value']} before 0.32: it depends on the version"),
+    )
+
+
+def _max_model_len_row() -> dict:
+    """max_model_len against the planner: one request of it must fit the pool, and the pool holds that many fewer."""
+    c = claim("s004-max-model-len-kv")
+    short, long = c["lengths"]
+    a, b = (plan_capacity(c["model"], n, kv_dtype="bf16", gpu=c["gpu"]) for n in (short, long))
+    tied = b.max_concurrency < a.max_concurrency and a.available_kv_bytes == b.available_kv_bytes
+    return row(
+        "s004-max-model-len-kv",
+        f"{a.max_concurrency:.2f} -> {b.max_concurrency:.2f}",
+        f"full-length requests ({load_model(c['model']).name}, {c['gpu']}, {short:,} -> {long:,} tokens)",
+        tied,
+        "the pool is the same bytes; each request may grow to max_model_len, so vLLM's concurrency is the pool over "
+        "one request of that length, and a start is refused when one does not fit (lab 06 reproduces it)",
+    )
+
+
+def _pool_sets_concurrency_rows() -> list[dict]:
+    """Seeds 001 and 002: concurrency follows the KV pool. The planner at two pool sizes (utilization)."""
+    rows = []
+    for cid in ("s002-concurrency-by-pool", "s001-tight-memory-fewer-blocks"):
+        c = claim(cid)
+        low, high = (
+            plan_capacity(c["model"], c["max_model_len"], kv_dtype="bf16", gpu=c["gpu"], gpu_memory_utilization=u)
+            for u in c["utilizations"]
+        )
+        per_request = [p.num_blocks / p.max_concurrency for p in (low, high)]  # blocks one full-length request takes
+        same_need = math.isclose(*per_request, rel_tol=1e-3)
+        follows = low.num_blocks < high.num_blocks and low.max_concurrency < high.max_concurrency
+        rows.append(
+            row(
+                cid,
+                f"{low.num_blocks:,} -> {high.num_blocks:,} blocks, {low.max_concurrency:.2f} -> {high.max_concurrency:.2f} requests",
+                f"({load_model(c['model']).name}, {c['gpu']}, utilization {c['utilizations'][0]} -> {c['utilizations'][1]})",
+                follows and same_need,
+                f"concurrency = blocks / blocks per {c['max_model_len']:,}-token request: "
+                f"{per_request[0]:,.0f} blocks each at both sizes, so it moves with the pool alone; requests past it "
+                "wait (lab 04's kv_pool sweep measures it)",
+            )
+        )
+    return rows
 
 
 def _70b_shape_row() -> dict:
@@ -512,7 +620,8 @@ def _utilization_rows() -> list[dict]:
                 f"{_gib(split.weight_bytes_per_rank):.0f} + start-up overhead ~{_gib(split.overhead_bytes):.1f} + KV pool "
                 f"{split.available_kv_bytes / GIB:.1f}",
                 "GiB",
-                False,
+                split.weight_bytes_per_rank
+                <= (1 - utilization) * card_claim["gpu_memory_gib"] * GIB,  # could the rest hold them?
                 f"the fraction is vLLM's whole budget: weights, what it profiles at start-up (activation peak, non-torch memory, "
                 f"CUDA graphs) and the KV pool all come out "
                 f"of it; the remaining {rest} is what vLLM leaves to everything else on the card (CUDA contexts of other "
@@ -677,7 +786,7 @@ def _config_toml_row() -> dict:
         "s004-config-toml",
         f"{carried} of {len(table)} keys name a vllm serve 0.33 flag",
         "keys",
-        False,
+        carried == len(table),
         "no server reads this file: `vllm serve --config` takes YAML of its own flag names, and llama.cpp's server "
         "takes flags too. The rest are a client's settings, per-request sampling, measurements, or gone "
         "(--swap-space); claims.article_config_table lists each key with its reason",
@@ -685,15 +794,16 @@ def _config_toml_row() -> dict:
 
 
 def _util_default_row() -> dict:
-    low = plan_capacity("qwen2.5-7b", 8192, kv_dtype="bf16", gpu="L4", gpu_memory_utilization=0.85)
+    c = claim("s001-util-default-low")
+    low = plan_capacity("qwen2.5-7b", 8192, kv_dtype="bf16", gpu="L4", gpu_memory_utilization=c["value"])
     default = plan_capacity("qwen2.5-7b", 8192, kv_dtype="bf16", gpu="L4")
     return row(
         "s001-util-default-low",
         f"default {VLLM_GPU_MEMORY_UTILIZATION}",
         "",
-        False,
-        f"vLLM's default is {VLLM_GPU_MEMORY_UTILIZATION} since 0.32 (0.9 before; vllm/config/cache.py): 0.85 lowers it. "
-        f"Qwen2.5-7B on an L4 at 8,192 tokens: {low.max_concurrency:.1f} full-length requests at 0.85, "
+        low.max_concurrency > default.max_concurrency,  # does "raising" to the article's value grow the pool?
+        f"vLLM's default is {VLLM_GPU_MEMORY_UTILIZATION} since 0.32 (0.9 before; vllm/config/cache.py): {c['value']} lowers it. "
+        f"Qwen2.5-7B on an L4 at 8,192 tokens: {low.max_concurrency:.1f} full-length requests at {c['value']}, "
         f"{default.max_concurrency:.1f} at the default. The article's 0.5 was its own setting",
     )
 
@@ -741,16 +851,18 @@ def _max_num_seqs_row() -> dict:
 
 def _block_size_row(seed: int) -> dict:
     lengths = example_lengths(seed)
-    parts = []
+    parts, entries, used = [], [], []
     for block in (8, 16, 32, 128):
-        used = allocation_utilization(lengths, max_len=4096, block_size=block)["paged"]
-        entries = np.mean([-(-n // block) for n in lengths])
-        parts.append(f"{block}: {entries:.0f} entries, {used:.1%}")
+        used.append(allocation_utilization(lengths, max_len=4096, block_size=block)["paged"])
+        entries.append(float(np.mean([-(-n // block) for n in lengths])))
+        parts.append(f"{block}: {entries[-1]:.0f} entries, {used[-1]:.1%}")
+    fewer_entries = all(a > b for a, b in pairwise(entries))
+    more_waste = all(a > b for a, b in pairwise(used))
     return row(
         "s002-block-size-tradeoff",
         "; ".join(parts),
         "block table entries per request, KV slots used",
-        True,
+        fewer_entries and more_waste,
         f"{len(lengths)} chat-like requests (median {int(np.median(lengths))} tokens): larger blocks mean fewer block-table "
         "entries and more of the last block left empty (internal fragmentation, at most block_size - 1 tokens a request)",
     )
@@ -781,7 +893,7 @@ def _block_size_oom_row() -> dict:
         "s004-smaller-block-for-oom",
         ", ".join(f"block {b}: {p.num_blocks * b:,} tokens" for b, p in tokens.items()),
         "in the KV pool",
-        False,
+        tokens[8].num_blocks * 8 > tokens[16].num_blocks * 16,  # would a smaller block make room?
         "block_size divides the same pool into pages: the tokens it holds stay the same (Llama-3.1-8B, L4). An OOM at "
         "start-up is weights + activations + the pool's fraction; lower gpu_memory_utilization or max_model_len instead",
     )

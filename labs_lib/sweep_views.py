@@ -417,13 +417,7 @@ def _unmeasured_claim_rows(prefix: str) -> list[dict]:
             "vLLM 0.32's own priority list (vllm/platforms/cuda.py, _get_backend_priorities) puts FLASH_ATTN first on "
             "Ampere and Hopper and FLASHINFER first on Blackwell: the default is already the flash-attn family",
         ),
-        row(
-            "s002-swap-space",
-            "flag removed",
-            "vLLM 0.33.0",
-            False,
-            "vLLM 0.33.0 answers `unrecognized arguments: --swap-space 8` (its real output is in tests/fixtures/vllm/)",
-        ),
+        _swap_space_row(),
     ]
 
 
@@ -477,3 +471,20 @@ def defaults_table(kind: str) -> pd.DataFrame:
             {"knob": knob, "recorded": recorded, read_in: now, "agrees": now == recorded if now != "-" else None, "where": where}
         )
     return pd.DataFrame(rows)
+
+
+def _swap_space_row() -> dict:
+    """Seed 002's swap_space against the installed vLLM's flags (else vLLM 0.33.0's list)."""
+    from .claims import row
+    from .engines.vllm import known_flags
+
+    version, flags = known_flags()
+    kept = "--swap-space" in flags
+    return row(
+        "s002-swap-space",
+        "a flag" if kept else "flag removed",
+        f"vLLM {version}",
+        kept,
+        f"vLLM {version}'s own --help {'lists' if kept else 'has no'} --swap-space; vLLM 0.33.0 answers `unrecognized "
+        "arguments: --swap-space 8` (its real output is in tests/fixtures/vllm/)",
+    )

@@ -483,3 +483,44 @@ def test_integer_weights_shares_count_their_scales(monkeypatch):
 def test_float32_doubles_the_weights_bytes(monkeypatch):
     assert _judged(kv_claims_table, "s004-fp32-doubles")["verdict"] == "holds"
     assert _judged(kv_claims_table, "s004-fp32-doubles", monkeypatch, value=4)["verdict"] == "does not hold"
+
+
+def test_the_default_09_depends_on_the_vllm_version(monkeypatch):
+    r = _judged(kv_claims_table, "s000-util-default-09")
+    assert r["verdict"] == "depends" and r["computed"] == VLLM_UTIL
+    assert _judged(kv_claims_table, "s000-util-default-09", monkeypatch, value=VLLM_UTIL)["verdict"] == "holds"
+
+
+def test_max_model_len_and_the_pool_set_concurrency_in_the_planner(monkeypatch):
+    assert _judged(kv_claims_table, "s004-max-model-len-kv")["verdict"] == "holds"
+    same = _judged(kv_claims_table, "s004-max-model-len-kv", monkeypatch, lengths=[8192, 8192])
+    assert same["verdict"] == "does not hold"  # no longer context: nothing moved
+    for cid in ("s002-concurrency-by-pool", "s001-tight-memory-fewer-blocks"):
+        assert _judged(kv_claims_table, cid)["verdict"] == "holds"
+        assert _judged(kv_claims_table, cid, monkeypatch, utilizations=[0.92, 0.92])["verdict"] == "does not hold"
+
+
+def test_once_fixed_verdicts_follow_their_inputs(monkeypatch):
+    """Verdicts that were literals, now computed: move the input and the verdict moves."""
+    import labs_lib.engines.vllm as vllm_engine
+    from labs_lib.sweep_views import _swap_space_row
+
+    assert _judged(vllm_claims_table, "s001-util-default-low")["verdict"] == "does not hold"  # 0.85 < 0.92
+    assert _judged(vllm_claims_table, "s001-util-default-low", monkeypatch, value=0.95)["verdict"] == "holds"
+    assert _judged(kv_claims_table, "s000-util-rest-for-weights")["verdict"] == "does not hold"
+    # at 0.3 the rest (70% of 24 GB) could hold a 7B's fp16 weights: the reading would be possible
+    assert _judged(kv_claims_table, "s000-util-rest-for-weights", monkeypatch, value=0.3)["verdict"] == "holds"
+    assert _swap_space_row()["verdict"] == "does not hold"
+    monkeypatch.setattr(vllm_engine, "known_flags", lambda: ("0.6.0", frozenset({"--swap-space"})))
+    assert _swap_space_row()["verdict"] == "holds"
+
+
+def test_decodes_roofs_judge_the_batch1_and_memory_bound_claims(monkeypatch):
+    assert _judged(kv_claims_table, "s003-batch1-under-10pct")["verdict"] == "holds"
+    # under a tenth of a percent would not hold: the memory roof lets a batch-1 decode use more than that
+    assert _judged(kv_claims_table, "s003-batch1-under-10pct", monkeypatch, value=0.1)["verdict"] == "does not hold"
+    for cid in ("s003-decode-memory-bound", "s004-decode-memory-bound"):
+        assert _judged(kv_claims_table, cid)["verdict"] == "holds"
+        # short contexts at a batch of thousands: the weights' read is shared, and the compute roof is the lower one
+        what_if = _judged(kv_claims_table, cid, monkeypatch, batches=[1, 4096], context_tokens=16)
+        assert what_if["verdict"] == "depends"

@@ -383,8 +383,12 @@ def test_the_articles_readings_of_failures_follow_what_was_reproduced():
     assert v == {
         "s000-refused-message": "holds",
         "s001-refused-cause": "depends",  # the proxy gave the same error with the server up
+        "s002-refused-cause": "depends",
+        "s000-proxy-not-running": "holds",
+        "s003-proxy-not-running": "holds",
         "s000-choices-errors": "holds",
         "s000-choices-cause": "depends",
+        "s003-choices-shape": "depends",
         "s001-nonetype-choices": "does not hold",
         "s002-keyerror-choices": "holds",
         "s000-stream-not-json": "holds",
@@ -397,6 +401,19 @@ def test_the_articles_readings_of_failures_follow_what_was_reproduced():
     assert w["s000-refused-message"] == "does not hold" and w["s001-refused-cause"] == "holds"
     assert w["s001-nonetype-choices"] == "holds" and w["s000-finish-length"] == "does not hold"
     assert {r["verdict"] for r in failure_rows({}, None)} == {"depends"}  # nothing reproduced: nothing judged
+    other["HTTP_PROXY set to a closed port"] = _failure("HTTP_PROXY set to a closed port", "openai.APITimeoutError")
+    assert {r["id"]: r["verdict"] for r in failure_rows(other, "stop")}["s003-proxy-not-running"] == "does not hold"
+
+
+def test_a_wrong_path_is_judged_by_what_vllm_answered():
+    """Seed 000 counts a wrong base-URL path among the causes of a connection error; vLLM's answer to a base URL
+    without /v1 (lab 06 section 10) says whether the request reached the server."""
+    from labs_lib.doctor.troubleshoot import Outcome, _wrong_path_row
+
+    answered = Outcome("vLLM: base URL without /v1", False, None, "openai.NotFoundError", "Error code: 404", status=404)
+    assert _wrong_path_row(answered)["verdict"] == "does not hold"
+    unreached = Outcome("vLLM: base URL without /v1", False, None, "openai.APIConnectionError", "Connection error.")
+    assert _wrong_path_row(unreached)["verdict"] == "depends" and _wrong_path_row(None)["verdict"] == "depends"
 
 
 def test_lab06s_snippets_fail_as_written_and_work_fixed(monkeypatch, capsys):

@@ -330,7 +330,26 @@ def connection_article_checks(
                 else "needs vLLM (make setup-vllm): section 10's vLLM part did not run",
             ),
             *failure_rows({o.what: o for o in outcomes or []}, finish_reason),
+            _wrong_path_row(next((o for o in vllm_outcomes if o.what == SAME_ON_VLLM["no /v1"]), None)),
         ]
+    )
+
+
+def _wrong_path_row(no_v1: Outcome | None) -> dict:
+    """Seed 000's "a wrong base-URL path is a cause of the connection error", against vLLM's answer to a base URL
+    without /v1 (section 10)."""
+    from ..claims import row
+
+    answered = bool(no_v1 and not no_v1.ok and no_v1.status is not None)
+    return row(
+        "s000-wrong-path-connection-error",
+        f"HTTP {no_v1.status}: {no_v1.error_type}" if answered and no_v1 else _seen(no_v1),
+        "vLLM, base URL without /v1",
+        False if answered else None,
+        "a server that is up answers a wrong path (vLLM: 404; llama.cpp serves /chat/completions without /v1, section "
+        "10): the request reached it, so it is never a connection error, which means nothing answered"
+        if answered
+        else "needs vLLM (make setup-vllm): section 10's vLLM part did not run",
     )
 
 
@@ -357,15 +376,31 @@ def failure_rows(seen: dict[str, Outcome], finish_reason: str | None) -> list[di
             bool(dead.error_type == "openai.APIConnectionError" and "Connection error" in str(dead.error)) if dead else None,
             "the SDK wraps httpx's ConnectError ([Errno 111] Connection refused, in its chain) in APIConnectionError",
         ),
-        row(
-            "s001-refused-cause",
-            f"closed port: {_seen(dead)[:60]}; proxy variable to a closed port: {_seen(proxied)[:60]}",
-            "",
-            None if refused_same else (True if dead and proxied else None),
-            "depends: a proxy variable pointing at a closed port raises the same error with the server up and the port "
-            "right (section 3); only the environment tells them apart"
-            if refused_same
-            else "the two causes were not both reproduced, or they differ here",
+        *(
+            row(
+                cid,
+                f"closed port: {_seen(dead)[:60]}; proxy variable to a closed port: {_seen(proxied)[:60]}",
+                "",
+                None if refused_same else (True if dead and proxied else None),
+                "depends: a proxy variable pointing at a closed port raises the same error with the server up and the "
+                "port right (section 3); only the environment tells them apart"
+                if refused_same
+                else "the two causes were not both reproduced, or they differ here",
+            )
+            for cid in ("s001-refused-cause", "s002-refused-cause")
+        ),
+        *(
+            row(
+                cid,
+                _seen(proxied),
+                "with HTTP_PROXY to a closed port",
+                bool(proxied.error_type == "openai.APIConnectionError")
+                if proxied and not proxied.ok
+                else (False if proxied else None),
+                "the SDK's httpx client reads HTTP_PROXY/HTTPS_PROXY/ALL_PROXY from the environment and sends every request "
+                "to that proxy, a local server's included unless NO_PROXY covers it; a proxy that is not running refuses",
+            )
+            for cid in ("s000-proxy-not-running", "s003-proxy-not-running")
         ),
         row(
             "s000-choices-errors",
@@ -375,13 +410,16 @@ def failure_rows(seen: dict[str, Outcome], finish_reason: str | None) -> list[di
             "an error body read as a success raises KeyError: 'choices'; a usage-only stream chunk (choices == []) "
             "IndexError; a swallowed exception a third kind",
         ),
-        row(
-            "s000-choices-cause",
-            f"{sum(v == 'KeyError' for v in kinds.values())} of {len(kinds)} reproduced ways is an error body",
-            "",
-            None if len(kinds) > 1 else (True if kinds else None),
-            "depends: an error body without choices is one way; a usage-only stream chunk and a helper that returns None "
-            "on failure are others, and the SDK itself raises before any choices are read (an APIStatusError)",
+        *(
+            row(
+                cid,
+                f"{sum(v == 'KeyError' for v in kinds.values())} of {len(kinds)} reproduced ways is an error body",
+                "",
+                None if len(kinds) > 1 else (True if kinds else None),
+                "depends: an error body without choices is one way; a usage-only stream chunk and a helper that returns "
+                "None on failure are others, and the SDK itself raises before any choices are read (an APIStatusError)",
+            )
+            for cid in ("s000-choices-cause", "s003-choices-shape")
         ),
         row(
             "s001-nonetype-choices",

@@ -86,8 +86,8 @@ def _mha_like(layers: int, kv_heads: int, head_dim: int, q_heads: int = 64) -> M
 
 
 def kv_claims_table(seed: int = 0) -> pd.DataFrame:
-    """Every lab-01 claim, the articles' bytes-per-weight claims and decode's roofs, recomputed (labs_lib.kv_math,
-    labs_lib.roofline)."""
+    """Every lab-01 claim and the articles' bytes-per-weight claims, recomputed with labs_lib.kv_math (decode's
+    roofs: roofline.article_claims_table)."""
     rows = [
         *_kv_size_rows(),
         _card_row(),
@@ -107,53 +107,8 @@ def kv_claims_table(seed: int = 0) -> pd.DataFrame:
         _default_09_row(),
         _max_model_len_row(),
         *_pool_sets_concurrency_rows(),
-        _batch1_utilization_row(),
-        *_decode_bound_rows(),
     ]
     return pd.DataFrame(rows)
-
-
-def _roof_rows(c: dict, batches: tuple[int, ...]) -> pd.DataFrame:
-    """Decode's two roofs (labs_lib.roofline, lab 03's section 8) for the claim's model on its cards."""
-    from .roofline import catalogue_rows
-
-    return pd.DataFrame(catalogue_rows(c["model"], tuple(c["gpus"]), batches=batches, context_tokens=c["context_tokens"]))
-
-
-def _batch1_utilization_row() -> dict:
-    """The best a batch-1 decode can use of a card's arithmetic: its speed at the memory roof over the compute roof."""
-    c = claim("s003-batch1-under-10pct")
-    roofs = _roof_rows(c, (1,))
-    used = 100 * roofs.bound_tokens_per_s / roofs.compute_bound_tokens_per_s
-    return row(
-        "s003-batch1-under-10pct",
-        f"{used.min():.2f}-{used.max():.2f}",
-        f"% of the compute roof at most ({load_model(c['model']).name}, batch 1, {c['context_tokens']:,} tokens)",
-        bool((used < c["value"]).all()),
-        "at the memory roof (every byte of weights and KV read once per token at the card's full bandwidth) on "
-        + ", ".join(c["gpus"])
-        + "; a real decode is slower still, so its share of the arithmetic is lower",
-    )
-
-
-def _decode_bound_rows() -> list[dict]:
-    """Which roof is lower for decode, at batch 1 and at a batch of 64, per card: memory-bound where the memory roof is."""
-    rows = []
-    for cid in ("s003-decode-memory-bound", "s004-decode-memory-bound"):
-        c = claim(cid)
-        roofs = _roof_rows(c, tuple(c["batches"]))
-        memory = roofs.limited_by == "memory"
-        rows.append(
-            row(
-                cid,
-                f"memory-bound at {int(memory.sum())} of {len(roofs)} (card, batch) points",
-                f"{load_model(c['model']).name}, batches {' and '.join(map(str, c['batches']))}",
-                bool(memory.all()) or None,
-                "on a GPU the memory roof is the lower one until the batch is large (the weights are read once per step for "
-                "the whole batch); on the 2-core CPU these labs run on, lab 03 measured the compute roof as low or lower",
-            )
-        )
-    return rows
 
 
 def _default_09_row() -> dict:

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
+from . import claims
 from .catalogs import catalogue_name, gpu_spec
 from .errors import BadInput
 from .gpu import engine_card, read_gpus
@@ -231,4 +233,50 @@ def catalogue_rows(
                     compute_tokens_per_s=compute,
                 )
             )
+    return rows
+
+
+def article_claims_table() -> pd.DataFrame:
+    """The articles' claims about decode's bottleneck, judged by the two roofs of catalogue_rows (the appendix)."""
+    return pd.DataFrame([_batch1_utilization_row(), *_decode_bound_rows()])
+
+
+def _roof_rows(c: dict, batches: tuple[int, ...]) -> pd.DataFrame:
+    """Decode's two roofs (lab 03's section 8) for the claim's model on its cards."""
+    return pd.DataFrame(catalogue_rows(c["model"], tuple(c["gpus"]), batches=batches, context_tokens=c["context_tokens"]))
+
+
+def _batch1_utilization_row() -> dict:
+    """The best a batch-1 decode can use of a card's arithmetic: its speed at the memory roof over the compute roof."""
+    c = claims.claim("s003-batch1-under-10pct")
+    roofs = _roof_rows(c, (1,))
+    used = 100 * roofs.bound_tokens_per_s / roofs.compute_bound_tokens_per_s
+    return claims.row(
+        "s003-batch1-under-10pct",
+        f"{used.min():.2f}-{used.max():.2f}",
+        f"% of the compute roof at most ({claims.load_model(c['model']).name}, batch 1, {c['context_tokens']:,} tokens)",
+        bool((used < c["value"]).all()),
+        "at the memory roof (every byte of weights and KV read once per token at the card's full bandwidth) on "
+        + ", ".join(c["gpus"])
+        + "; a real decode is slower still, so its share of the arithmetic is lower",
+    )
+
+
+def _decode_bound_rows() -> list[dict]:
+    """Which roof is lower for decode, at batch 1 and at a batch of 64, per card: memory-bound where the memory roof is."""
+    rows = []
+    for cid in ("s003-decode-memory-bound", "s004-decode-memory-bound"):
+        c = claims.claim(cid)
+        roofs = _roof_rows(c, tuple(c["batches"]))
+        memory = roofs.limited_by == "memory"
+        rows.append(
+            claims.row(
+                cid,
+                f"memory-bound at {int(memory.sum())} of {len(roofs)} (card, batch) points",
+                f"{claims.load_model(c['model']).name}, batches {' and '.join(map(str, c['batches']))}",
+                bool(memory.all()) or None,
+                "on a GPU the memory roof is the lower one until the batch is large (the weights are read once per step for "
+                "the whole batch); on the 2-core CPU these labs run on, lab 03 measured the compute roof as low or lower",
+            )
+        )
     return rows

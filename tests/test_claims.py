@@ -14,12 +14,17 @@ from conftest import REPO
 from labs_lib.claims import AWQ_GROUP, awq_memory, claims, kv_claims_table, vllm_claims_table
 from labs_lib.kv_math import VLLM_GPU_MEMORY_UTILIZATION as VLLM_UTIL
 from labs_lib.kv_math import weight_bytes
+from labs_lib.roofline import article_claims_table
 
 NOTEBOOKS = {p.name[:2]: p.read_text() for p in (REPO / "notebooks").glob("*.ipynb")}
 # each table's claims, computed once for all the parametrized cases
 LIBRARY_TABLES = {
     name: functools.cache(lambda table=table: frozenset(table()["claim"]))
-    for name, table in {"kv_claims_table": kv_claims_table, "vllm_claims_table": vllm_claims_table}.items()
+    for name, table in {
+        "kv_claims_table": kv_claims_table,
+        "vllm_claims_table": vllm_claims_table,
+        "roofline.article_claims_table": article_claims_table,
+    }.items()
 }
 MEASURED_TABLES = {
     "article_checks": REPO / "labs_lib" / "sweep_views.py",
@@ -516,11 +521,11 @@ def test_once_fixed_verdicts_follow_their_inputs(monkeypatch):
 
 
 def test_decodes_roofs_judge_the_batch1_and_memory_bound_claims(monkeypatch):
-    assert _judged(kv_claims_table, "s003-batch1-under-10pct")["verdict"] == "holds"
+    assert _judged(article_claims_table, "s003-batch1-under-10pct")["verdict"] == "holds"
     # under a tenth of a percent would not hold: the memory roof lets a batch-1 decode use more than that
-    assert _judged(kv_claims_table, "s003-batch1-under-10pct", monkeypatch, value=0.1)["verdict"] == "does not hold"
+    assert _judged(article_claims_table, "s003-batch1-under-10pct", monkeypatch, value=0.1)["verdict"] == "does not hold"
     for cid in ("s003-decode-memory-bound", "s004-decode-memory-bound"):
-        assert _judged(kv_claims_table, cid)["verdict"] == "holds"
+        assert _judged(article_claims_table, cid)["verdict"] == "holds"
         # short contexts at a batch of thousands: the weights' read is shared, and the compute roof is the lower one
-        what_if = _judged(kv_claims_table, cid, monkeypatch, batches=[1, 4096], context_tokens=16)
+        what_if = _judged(article_claims_table, cid, monkeypatch, batches=[1, 4096], context_tokens=16)
         assert what_if["verdict"] == "depends"

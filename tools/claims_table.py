@@ -25,8 +25,10 @@ def expected() -> str:
     sys.path.insert(0, str(ROOT))
     from labs_lib.articles import CONCEPTS, index_coverage, unjudged
     from labs_lib.claims import claims, kv_claims_table, vllm_claims_table
+    from labs_lib.roofline import article_claims_table
 
-    computed = {r["claim"]: r for table in (kv_claims_table(), vllm_claims_table()) for r in table.to_dict("records")}
+    tables = (kv_claims_table(), vllm_claims_table(), article_claims_table())
+    computed = {r["claim"]: r for table in tables for r in table.to_dict("records")}
     cover = index_coverage()
     lines = [
         "# The articles' claims and their verdicts",
@@ -69,7 +71,7 @@ def expected() -> str:
         r = computed.get(c["claim"])
         verdict = f"{r['verdict']}: {r['computed']} {r['unit']} — {r['why']}" if r else "measured in the run"
         lab = f"lab {c['lab']} ({CONCEPTS[c['lab']]}), {HOW[c['lab']]}"
-        judged = lab if not r or c["lab"] == "01" else f"lab {c['lab']}, computed from vLLM's code and the planner"
+        judged = lab if not r or c["lab"] in ("01", "03") else f"lab {c['lab']}, computed from vLLM's code and the planner"
         judged += " (lesson)" if c.get("lesson") else ""
         lines.append(
             f"| `{c['id']}` | {c['seed'][:3]} | {_cell(c['quote'])} | {_cell(c['claim'])} | {judged} | {_cell(verdict)} |"

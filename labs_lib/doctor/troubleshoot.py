@@ -366,7 +366,6 @@ def failure_rows(seen: dict[str, Outcome], finish_reason: str | None) -> list[di
     reading = {k: seen.get(k) for k in ("choices of an error body", "choices of the usage-only chunk", "choices of None")}
     as_json = seen.get("resp.json() on a stream")
     kinds = {k: o.error_type.rsplit(".", 1)[-1] for k, o in reading.items() if o and not o.ok and o.error_type}
-    refused_same = bool(dead and proxied and not dead.ok and dead.error_type == proxied.error_type)
     nonetype = reading["choices of None"]
     return [
         row(
@@ -376,32 +375,7 @@ def failure_rows(seen: dict[str, Outcome], finish_reason: str | None) -> list[di
             bool(dead.error_type == "openai.APIConnectionError" and "Connection error" in str(dead.error)) if dead else None,
             "the SDK wraps httpx's ConnectError ([Errno 111] Connection refused, in its chain) in APIConnectionError",
         ),
-        *(
-            row(
-                cid,
-                f"closed port: {_seen(dead)[:60]}; proxy variable to a closed port: {_seen(proxied)[:60]}",
-                "",
-                None if refused_same else (True if dead and proxied else None),
-                "depends: a proxy variable pointing at a closed port raises the same error with the server up and the "
-                "port right (section 3); only the environment tells them apart"
-                if refused_same
-                else "the two causes were not both reproduced, or they differ here",
-            )
-            for cid in ("s001-refused-cause", "s002-refused-cause")
-        ),
-        *(
-            row(
-                cid,
-                _seen(proxied),
-                "with HTTP_PROXY to a closed port",
-                bool(proxied.error_type == "openai.APIConnectionError")
-                if proxied and not proxied.ok
-                else (False if proxied else None),
-                "the SDK's httpx client reads HTTP_PROXY/HTTPS_PROXY/ALL_PROXY from the environment and sends every request "
-                "to that proxy, a local server's included unless NO_PROXY covers it; a proxy that is not running refuses",
-            )
-            for cid in ("s000-proxy-not-running", "s003-proxy-not-running")
-        ),
+        *_connection_rows(dead, proxied),
         row(
             "s000-choices-errors",
             ", ".join(f"{k}: {v}" for k, v in kinds.items()) or "not reproduced",
@@ -450,5 +424,41 @@ def failure_rows(seen: dict[str, Outcome], finish_reason: str | None) -> list[di
             "finish_reason with max_tokens=5",
             finish_reason == "length" if finish_reason else None,
             "a reply cut by max_tokens ends with finish_reason 'length' (a finished one 'stop')",
+        ),
+    ]
+
+
+def _connection_rows(dead: Outcome | None, proxied: Outcome | None) -> list[dict]:
+    """The articles' readings of a refused connection (two causes) and of a proxy that is not running, against the
+    closed port and the proxy variable lab 06 reproduced."""
+    from ..claims import row
+
+    refused_same = bool(dead and proxied and not dead.ok and dead.error_type == proxied.error_type)
+    return [
+        *(
+            row(
+                cid,
+                f"closed port: {_seen(dead)[:60]}; proxy variable to a closed port: {_seen(proxied)[:60]}",
+                "",
+                None if refused_same else (True if dead and proxied else None),
+                "depends: a proxy variable pointing at a closed port raises the same error with the server up and the "
+                "port right (section 3); only the environment tells them apart"
+                if refused_same
+                else "the two causes were not both reproduced, or they differ here",
+            )
+            for cid in ("s001-refused-cause", "s002-refused-cause")
+        ),
+        *(
+            row(
+                cid,
+                _seen(proxied),
+                "with HTTP_PROXY to a closed port",
+                bool(proxied.error_type == "openai.APIConnectionError")
+                if proxied and not proxied.ok
+                else (False if proxied else None),
+                "the SDK's httpx client reads HTTP_PROXY/HTTPS_PROXY/ALL_PROXY from the environment and sends every request "
+                "to that proxy, a local server's included unless NO_PROXY covers it; a proxy that is not running refuses",
+            )
+            for cid in ("s000-proxy-not-running", "s003-proxy-not-running")
         ),
     ]

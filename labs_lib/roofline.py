@@ -11,14 +11,16 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
-from . import claims
 from .catalogs import catalogue_name, gpu_spec
 from .errors import BadInput
 from .gpu import engine_card, read_gpus
+
+if TYPE_CHECKING:  # the GPU smoke check's bare image has numpy, not pandas: the claims' tables import it when called
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -238,16 +240,22 @@ def catalogue_rows(
 
 def article_claims_table() -> pd.DataFrame:
     """The articles' claims about decode's bottleneck, judged by the two roofs of catalogue_rows (the appendix)."""
+    import pandas as pd
+
     return pd.DataFrame([_batch1_utilization_row(), *_decode_bound_rows()])
 
 
 def _roof_rows(c: dict, batches: tuple[int, ...]) -> pd.DataFrame:
     """Decode's two roofs (lab 03's section 8) for the claim's model on its cards."""
+    import pandas as pd
+
     return pd.DataFrame(catalogue_rows(c["model"], tuple(c["gpus"]), batches=batches, context_tokens=c["context_tokens"]))
 
 
 def _batch1_utilization_row() -> dict:
     """The best a batch-1 decode can use of a card's arithmetic: its speed at the memory roof over the compute roof."""
+    from . import claims  # here, not at the top: claims needs pandas, which the bare GPU image lacks
+
     c = claims.claim("s003-batch1-under-10pct")
     roofs = _roof_rows(c, (1,))
     used = 100 * roofs.bound_tokens_per_s / roofs.compute_bound_tokens_per_s
@@ -264,6 +272,8 @@ def _batch1_utilization_row() -> dict:
 
 def _decode_bound_rows() -> list[dict]:
     """Which roof is lower for decode, at batch 1 and at a batch of 64, per card: memory-bound where the memory roof is."""
+    from . import claims
+
     rows = []
     for cid in ("s003-decode-memory-bound", "s004-decode-memory-bound"):
         c = claims.claim(cid)

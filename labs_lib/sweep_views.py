@@ -367,7 +367,28 @@ def article_checks(
             "where this run's smallest pool overflowed",
         ),
     ]
-    return pd.DataFrame([*measured, prefix_pool_row(prefix_cache), *_unmeasured_claim_rows(prefix)])
+    return pd.DataFrame([*measured, one_slot_row(bt), prefix_pool_row(prefix_cache), *_unmeasured_claim_rows(prefix)])
+
+
+def one_slot_row(bt: pd.DataFrame) -> dict:
+    """Seed 002's config A, "--max-num-seqs 1 turns continuous batching off": with one slot, throughput at the
+    highest concurrency measured against at one request (load_table of the batching sweep): level means nothing
+    was batched."""
+    from .claims import TOLERANCE, row
+
+    one = bt[bt.config == "parallel=1"].set_index("concurrency")["tok/s"] if len(bt) else pd.Series(dtype=float)
+    if len(one) < 2:
+        return row("s002-max-num-seqs-1-off", "not measured", "", None, "needs the one-slot configuration at two loads")
+    low, high = one.index.min(), one.index.max()
+    ratio = one[high] / one[low]
+    return row(
+        "s002-max-num-seqs-1-off",
+        f"{ratio:.2f}x the tokens/s at concurrency {high} as at {low}",
+        "one slot",
+        bool(abs(ratio - 1) <= TOLERANCE),
+        "one sequence in the batch at a time: every other request waits in the queue (its TTFT climbs), so throughput "
+        "stays level however many are sent; with four or eight slots it rises (the same sweep's other configuration)",
+    )
 
 
 # The KV pool an engine sized at start, per engine: vLLM logs it in tokens, llama.cpp in MiB

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .claims import claim, row
+from . import claims
 from .engines.vllm import find_vllm
 from .paths import DATA_DIR
 
@@ -32,6 +32,8 @@ CLI_ARGS_PY = (
     "vllm/entrypoints/openai/cli_args.py",
 )
 MODELS_ROUTER_PY = "vllm/entrypoints/openai/models/api_router.py"
+CACHE_CONFIG_PY = "vllm/config/cache.py"
+PARALLEL_CONFIG_PY = "vllm/config/parallel.py"
 # NVIDIA compute capabilities, by the cards that carry them (what vLLM's backend choice branches on)
 CARDS: dict[str, tuple[int, int]] = {"A100": (8, 0), "L4 / RTX 4090": (8, 9), "H100 / H200": (9, 0), "B200": (10, 0)}
 
@@ -139,12 +141,31 @@ def serves_models_list(source: VllmSource) -> bool:
     return '@router.get("/v1/models")' in source.read(MODELS_ROUTER_PY)
 
 
+def default_block_size(source: VllmSource) -> int:
+    """Tokens per KV block when none is asked for (CacheConfig.DEFAULT_BLOCK_SIZE; a backend may need another)."""
+    found = re.search(r"DEFAULT_BLOCK_SIZE: ClassVar\[int\] = (\d+)", source.read(CACHE_CONFIG_PY))
+    if not found:
+        raise LookupError(f"no DEFAULT_BLOCK_SIZE in {CACHE_CONFIG_PY} of {source.version}")
+    return int(found.group(1))
+
+
+def too_many_ranks_error(source: VllmSource, world_size: int, gpus: int) -> str | None:
+    """The error vLLM raises at start when its ranks (tensor x pipeline parallel) outnumber the node's cards, with
+    the numbers put in; None where it raises nothing (ParallelConfig's executor choice)."""
+    text = source.read(PARALLEL_CONFIG_PY)
+    found = re.search(r'f"(World size \(\{self\.world_size\}\)[^"]*)"\s*f"([^"]*)"', text)
+    if "device_count() < self.world_size" not in text or not found or world_size <= gpus:
+        return None
+    message = found.group(1) + found.group(2)
+    return message.replace("{self.world_size}", str(world_size)).replace("{gpu_count}", str(gpus))
+
+
 def _awq_bits_row() -> dict:
     """Seed 003's "switch AWQ to 6 bits", against the widths vLLM's AWQ accepts (read in its source)."""
     source = vllm_source()
     bits = awq_weight_bits(source)
-    asked = claim("s003-awq-6bit")["value"]
-    return row(
+    asked = claims.claim("s003-awq-6bit")["value"]
+    return claims.row(
         "s003-awq-6bit",
         " or ".join(map(str, bits)),
         "bits accepted",
@@ -164,7 +185,7 @@ def _default_backend_row() -> dict:
     flash = [card for card, backend in first.items() if backend == "FLASH_ATTN"]
     other = {card: backend for card, backend in first.items() if backend != "FLASH_ATTN"}
     holds = None if flash and other else not flash  # already flash-attn everywhere: nothing to switch to
-    return row(
+    return claims.row(
         "s001-default-backend",
         "; ".join(f"{card}: {backend}" for card, backend in first.items()),
         "default backend",
@@ -184,12 +205,12 @@ def _default_backend_row() -> dict:
 def _server_rows() -> list[dict]:
     """The articles' readings of what `vllm serve` prints and answers, against its source."""
     source = vllm_source()
-    log = claim("s002-kv-size-log")
+    log = claims.claim("s002-kv-size-log")
     line = kv_size_log_line(source, log["tokens"])
     port = default_port(source)
     models = serves_models_list(source)
     return [
-        row(
+        claims.row(
             "s002-kv-size-log",
             line,
             "",
@@ -198,15 +219,15 @@ def _server_rows() -> list[dict]:
             "figure put in: the tokens of the pool it sized, the number lab 01's planner reproduces; on a CPU it names "
             "the pool CPU",
         ),
-        row(
+        claims.row(
             "s001-serve-port-8000",
             port,
             "default port",
-            port == claim("s001-serve-port-8000")["value"],
+            port == claims.claim("s001-serve-port-8000")["value"],
             f"{source.version}'s FrontendArgs: port {port}, host None (every interface, localhost among them); its "
             "routes are OpenAI's (/v1/chat/completions, /v1/completions, /v1/models)",
         ),
-        row(
+        claims.row(
             "s001-models-alive",
             "routed" if models else "not routed",
             "GET /v1/models",
@@ -219,6 +240,34 @@ def _server_rows() -> list[dict]:
     ]
 
 
+def _engine_config_rows() -> list[dict]:
+    """Seed 003's block of 16 tokens and its "tensor_parallel_size 8 on 4 cards raises an error", from vLLM's configs."""
+    source = vllm_source()
+    block = default_block_size(source)
+    tp = claims.claim("s003-tp-8-on-4")
+    over = too_many_ranks_error(source, tp["value"], tp["gpus"])
+    fits = too_many_ranks_error(source, tp["gpus"], tp["gpus"])
+    return [
+        claims.row(
+            "s003-block-16",
+            block,
+            "tokens per block by default",
+            block == claims.claim("s003-block-16")["value"],
+            f"{source.version}'s CacheConfig.DEFAULT_BLOCK_SIZE, what vLLM uses on a GPU when no --block-size is given "
+            "and the attention backend takes it; some backends need others (FlashMLA: 64, its get_supported_kernel_block_sizes), and vLLM's CPU attention "
+            "takes multiples of 32 (128 by default)",
+        ),
+        claims.row(
+            "s003-tp-8-on-4",
+            over.split(". ")[0] + "." if over else "starts",
+            f"tensor_parallel_size {tp['value']} on {tp['gpus']} cards",
+            over is not None and fits is None,
+            f"{source.version}'s ParallelConfig refuses more ranks than the node's cards before loading anything"
+            + f"; {tp['gpus']} on {tp['gpus']} starts. It is a ValueError, not an out-of-memory error",
+        ),
+    ]
+
+
 def source_claims_table() -> pd.DataFrame:
     """The articles' claims judged by running or reading vLLM's source (vllm_source())."""
-    return pd.DataFrame([_awq_bits_row(), _default_backend_row(), *_server_rows()])
+    return pd.DataFrame([_awq_bits_row(), _default_backend_row(), *_server_rows(), *_engine_config_rows()])

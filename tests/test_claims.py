@@ -394,6 +394,7 @@ def _timing_checks(
         {
             "method": methods,
             "ttft_ms": [100.0, 100.0, 100.0, 100.0, unstreamed_ttft_ms, 100.0],
+            "end_ms": [None, None, None, None, 1000.0, None],
             "output_tokens": [64, 60, 64, 64 * (1 + chunks_error / 100), 40, 67],
             "output_tokens_error_%": [0.0, -6.0, 0.0, chunks_error, -40.0, 4.0],
             "ttft_ms_error_%": [0.0, 0.0, 1.0, 0.0, unstreamed_ttft_ms - 100.0, seed004_error[0]],
@@ -546,6 +547,8 @@ def _recorded_source(**edits: tuple[str, str]):
             "kv": vs.KV_CACHE_UTILS_PY,
             "cli": vs.CLI_ARGS_PY[0],
             "models": vs.MODELS_ROUTER_PY,
+            "cache": vs.CACHE_CONFIG_PY,
+            "parallel": vs.PARALLEL_CONFIG_PY,
         }[key]
         assert old in files[path], (path, old)
         files[path] = files[path].replace(old, new)
@@ -661,3 +664,65 @@ def test_the_servers_log_line_port_and_models_route_are_read_from_vllm(monkeypat
         changed = _recorded_source(**edit)
         monkeypatch.setattr(vs, "vllm_source", lambda changed=changed: changed)
         assert _judged(source_claims_table, cid)["verdict"] == "does not hold", cid
+
+
+def test_seed_000s_streaming_timing_claims_follow_the_run():
+    """s000-unstreamed-total, s000-tps-steadier and s000-short-output-tps move with what lab 02 measured."""
+    import pandas as pd
+
+    from labs_lib.claims import _short_output_tps_row, _tps_steadier_row, _unstreamed_total_row
+
+    naive = pd.DataFrame({"ttft_ms": [998.0], "end_ms": [1000.0]}, index=["seed 003: unstreamed lines"])
+    assert _unstreamed_total_row(naive)["verdict"] == "holds"  # the body came when the answer was done
+    assert _unstreamed_total_row(naive.assign(ttft_ms=120.0))["verdict"] == "does not hold"
+    assert _tps_steadier_row([100, 110, 90], [20.0, 20.2, 19.9])["verdict"] == "holds"
+    assert _tps_steadier_row([100, 101, 99], [20.0, 24.0, 17.0])["verdict"] == "does not hold"
+    assert _tps_steadier_row([100, 101, 99], None)["verdict"] == "depends"
+    # 16 tokens at 20 ms each after a 300-ms TTFT: tokens / E2E reads 47% low, the article's timer 7% high
+    by_output = pd.DataFrame(
+        {"max_tokens": [16, 256], "output_tokens": [16, 256], "tpot_ms": [20.0, 20.0], "e2e_ms": [600.0, 5400.0]}
+    )
+    short = _short_output_tps_row(by_output)
+    assert short["verdict"] == "depends" and "47% below" in short["computed"] and "+6.7%" in short["computed"], short
+    # a TTFT of one step: the E2E reading is not pulled down past 10% either, so neither reading holds
+    assert _short_output_tps_row(by_output.assign(e2e_ms=[320.0, 5120.0]))["verdict"] == "does not hold"
+    assert _short_output_tps_row(by_output.drop(columns="e2e_ms"))["computed"] == "not measured"
+
+
+def test_the_default_block_and_too_many_ranks_are_read_from_vllms_configs(monkeypatch):
+    """s003-block-16 and s003-tp-8-on-4 follow vLLM's config source: another default block or no rank check move them."""
+    from labs_lib import vllm_source as vs
+
+    recorded = _recorded_source()
+    assert vs.default_block_size(recorded) == 16
+    assert vs.too_many_ranks_error(recorded, 8, 4).startswith("World size (8) is larger than the number of available GPUs (4)")
+    assert vs.too_many_ranks_error(recorded, 4, 4) is None
+    monkeypatch.setattr(vs, "vllm_source", lambda: recorded)
+    assert _judged(source_claims_table, "s003-block-16")["verdict"] == "holds"
+    assert _judged(source_claims_table, "s003-tp-8-on-4")["verdict"] == "holds"
+    assert _judged(source_claims_table, "s003-tp-8-on-4", monkeypatch, value=4)["verdict"] == "does not hold"
+    bigger = _recorded_source(cache=("DEFAULT_BLOCK_SIZE: ClassVar[int] = 16", "DEFAULT_BLOCK_SIZE: ClassVar[int] = 32"))
+    unchecked = _recorded_source(parallel=("device_count() < self.world_size", "device_count() < 0"))
+    for source, cid in ((bigger, "s003-block-16"), (unchecked, "s003-tp-8-on-4")):
+        monkeypatch.setattr(vs, "vllm_source", lambda source=source: source)
+        assert _judged(source_claims_table, cid)["verdict"] == "does not hold", cid
+
+
+def test_one_slot_is_judged_by_whether_its_throughput_stays_level():
+    """s002-max-num-seqs-1-off: the one-slot configuration's tokens/s from one request to the most sent."""
+    import pandas as pd
+
+    from labs_lib.sweep_views import one_slot_row
+
+    def sweep(one_slot_at_4: float):
+        return pd.DataFrame(
+            {
+                "config": ["parallel=1", "parallel=1", "parallel=4", "parallel=4"],
+                "concurrency": [1, 4, 1, 4],
+                "tok/s": [33.0, one_slot_at_4, 32.4, 62.8],
+            }
+        )
+
+    assert one_slot_row(sweep(31.1))["verdict"] == "holds"
+    assert one_slot_row(sweep(60.0))["verdict"] == "does not hold"  # one slot that still batched
+    assert one_slot_row(sweep(31.1).iloc[2:])["computed"] == "not measured"

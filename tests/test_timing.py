@@ -182,7 +182,12 @@ def test_seed003_unstreamed_times_the_whole_body():
     """Seed 003's script as written gets one JSON body: the first line is the answer, one line one 'token'."""
     body = [(0.84, b'{"choices":[{"message":{"content":"..."}}],"usage":{"completion_tokens":64}}')]
     got = naive.seed003_unstreamed(body, 0.84)
-    assert got == {"ttft_ms": pytest.approx(840), "output_tokens": 1, "decode_tokens_per_s": pytest.approx(1 / 0.84)}
+    assert got == {
+        "ttft_ms": pytest.approx(840),
+        "output_tokens": 1,
+        "decode_tokens_per_s": pytest.approx(1 / 0.84),
+        "end_ms": pytest.approx(840),
+    }
     assert naive.seed003_unstreamed([], 0.1)["ttft_ms"] is None
 
 

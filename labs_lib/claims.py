@@ -56,10 +56,17 @@ def verdict(article: float, computed: float, tolerance: float = TOLERANCE) -> tu
     return abs(off) <= tolerance, off
 
 
+CANNOT_CHECK = "cannot be checked here"
+# what a row computes when this run could not measure it: "not measured", "not testable here", "not reproduced …"
+NOT_HERE_PREFIXES = ("not measur", "not testable", "not reproduced")
+
+
 def row(claim_id: str, computed: float | str, unit: str, holds: bool | None, why: str, off: float | None = None) -> dict:
     """One line of a "check the article" table."""
     c = claim(claim_id)
     mark = {True: "holds", False: "does not hold", None: "depends"}[holds]
+    if holds is None and str(computed).startswith(NOT_HERE_PREFIXES):
+        mark = CANNOT_CHECK  # no measurement is no verdict, not "depends"; `why` says what would check it
     return {
         "id": claim_id,
         "claim": c["claim"],
@@ -920,10 +927,11 @@ def timing_article_checks(
     role_ms: float | None,
     first_content_ms: float,
     tpots_ms: list[float] | None = None,
+    remote: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Lab 02's "check the article": each timing claim against this run's streams (the naive methods beside the
     harness, characters per token by language, TPOT by output length and by context, TTFT and TPOT over repeats, the
-    role chunk)."""
+    role chunk, and TaoToken's medians where its key was set: `remote`, one row per endpoint)."""
     nt = naive_table.set_index("method")
     return pd.DataFrame(
         [
@@ -932,8 +940,36 @@ def timing_article_checks(
             _unstreamed_total_row(nt),
             _tps_steadier_row(ttfts_ms, tpots_ms),
             _short_output_tps_row(by_output),
+            *_taotoken_rows(remote),
         ]
     )
+
+
+def _taotoken_rows(remote: pd.DataFrame | None) -> list[dict]:
+    """The articles' TaoToken figures against lab 02's TaoToken medians (its row of `remote`: ttft_ms_p50,
+    tpot_ms_p50), or why they were not measured: they need TAOTOKEN_API_KEY and TAOTOKEN_MODEL."""
+    found = remote[remote["endpoint"] == "taotoken"] if remote is not None and len(remote) else pd.DataFrame()
+    if not len(found):
+        why = "not measured here: TaoToken's own figures, measured by lab 02 when TAOTOKEN_API_KEY and TAOTOKEN_MODEL are set"
+        return [
+            row(cid, "not measured", "", None, why) for cid in ("s003-taotoken-ttft", "s003-taotoken-tps", "s000-taotoken-short")
+        ]
+    ttft_ms, tps = float(found["ttft_ms_p50"].iloc[0]), 1000 / float(found["tpot_ms_p50"].iloc[0])
+    (ttft_low, ttft_high), (tps_low, tps_high) = claim("s003-taotoken-ttft")["value"], claim("s003-taotoken-tps")["value"]
+    short = claim("s000-taotoken-short")
+    network = "one model, from this machine, now: TTFT includes the network round trip and TaoToken's queue"
+    return [
+        row("s003-taotoken-ttft", round(ttft_ms), "ms TTFT p50", ttft_low <= ttft_ms <= ttft_high, network),
+        row("s003-taotoken-tps", round(tps, 1), "tokens/s per request", tps_low <= tps <= tps_high, network),
+        row(
+            "s000-taotoken-short",
+            f"TTFT {ttft_ms:,.0f} ms, {tps:.0f} tokens/s",
+            "",
+            ttft_ms < short["ttft_below_ms"] and short["tps"][0] <= tps < short["tps"][1],
+            f"'a few hundred ms' read as under {short['ttft_below_ms']:,} ms, 'tens' as {short['tps'][0]}-{short['tps'][1] - 1} "
+            f"tokens/s; {network}",
+        ),
+    ]
 
 
 def _unstreamed_total_row(nt: pd.DataFrame) -> dict:

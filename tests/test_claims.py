@@ -262,7 +262,7 @@ def test_the_prefix_ttft_verdict_holds_only_inside_the_articles_range(cut, holds
     from labs_lib.sweep_views import prefix_ttft_row
 
     judged = prefix_ttft_row(cut)
-    assert judged["verdict"] == {True: "holds", False: "does not hold", None: "depends"}[holds]
+    assert judged["verdict"] == {True: "holds", False: "does not hold", None: "cannot be checked here"}[holds]
     assert said in str(judged["computed"]) and "40%-60%" in judged["why"]
 
 
@@ -296,7 +296,7 @@ def test_seed_004s_timer_holds_only_where_both_its_figures_land_near_the_harness
     nt = pd.DataFrame(
         {"ttft_ms_error_%": [ttft_off], "decode_tokens_per_s_error_%": [speed_off]}, index=["seed 004: lines, TPOT"]
     )
-    assert _seed004_timer_row(nt)["verdict"] == {True: "holds", False: "does not hold", None: "depends"}[holds]
+    assert _seed004_timer_row(nt)["verdict"] == {True: "holds", False: "does not hold", None: "cannot be checked here"}[holds]
 
 
 @pytest.mark.parametrize("spread, holds", [(0.03, None), (0.10, None), (0.20, False)])
@@ -613,7 +613,7 @@ def test_prefix_caching_memory_is_judged_on_pools_that_differ_only_in_caching():
     same = prefix_pool_row(_prefix_points(144.0, 144.0, window=True))
     assert same["verdict"] == "does not hold" and "144 MiB against 54" in same["why"], same
     assert prefix_pool_row(_prefix_points(144.0, 100.0))["verdict"] == "holds"
-    assert prefix_pool_row(None)["verdict"] == "depends"
+    assert prefix_pool_row(None)["verdict"] == "cannot be checked here"
     assert prefix_pool_row(_prefix_points(144.0, 144.0).iloc[:1])["computed"] == "not measured"
 
 
@@ -677,7 +677,7 @@ def test_seed_000s_streaming_timing_claims_follow_the_run():
     assert _unstreamed_total_row(naive.assign(ttft_ms=120.0))["verdict"] == "does not hold"
     assert _tps_steadier_row([100, 110, 90], [20.0, 20.2, 19.9])["verdict"] == "holds"
     assert _tps_steadier_row([100, 101, 99], [20.0, 24.0, 17.0])["verdict"] == "does not hold"
-    assert _tps_steadier_row([100, 101, 99], None)["verdict"] == "depends"
+    assert _tps_steadier_row([100, 101, 99], None)["verdict"] == "cannot be checked here"
     # 16 tokens at 20 ms each after a 300-ms TTFT: tokens / E2E reads 47% low, the article's timer 7% high
     by_output = pd.DataFrame(
         {"max_tokens": [16, 256], "output_tokens": [16, 256], "tpot_ms": [20.0, 20.0], "e2e_ms": [600.0, 5400.0]}
@@ -726,3 +726,29 @@ def test_one_slot_is_judged_by_whether_its_throughput_stays_level():
     assert one_slot_row(sweep(31.1))["verdict"] == "holds"
     assert one_slot_row(sweep(60.0))["verdict"] == "does not hold"  # one slot that still batched
     assert one_slot_row(sweep(31.1).iloc[2:])["computed"] == "not measured"
+
+
+def test_taotokens_figures_are_judged_only_where_it_was_measured():
+    """s003-taotoken-ttft, s003-taotoken-tps and s000-taotoken-short: lab 02's TaoToken medians against the
+    articles' ranges, or 'not measured' without its key (never a verdict on no measurement)."""
+    import pandas as pd
+
+    from labs_lib.claims import _taotoken_rows
+
+    def judged(ttft_ms: float, tpot_ms: float) -> dict:
+        remote = pd.DataFrame(
+            [
+                {"endpoint": "local", "ttft_ms_p50": 90.0, "tpot_ms_p50": 25.0},
+                {"endpoint": "taotoken", "ttft_ms_p50": ttft_ms, "tpot_ms_p50": tpot_ms},
+            ]
+        )
+        return {r["id"]: r["verdict"] for r in _taotoken_rows(remote)}
+
+    assert judged(950.0, 25.0) == {"s003-taotoken-ttft": "holds", "s003-taotoken-tps": "holds", "s000-taotoken-short": "holds"}
+    assert judged(400.0, 5.0) == {
+        "s003-taotoken-ttft": "does not hold",
+        "s003-taotoken-tps": "does not hold",
+        "s000-taotoken-short": "does not hold",
+    }
+    assert {r["computed"] for r in _taotoken_rows(pd.DataFrame())} == {"not measured"}
+    assert {r["verdict"] for r in _taotoken_rows(None)} == {"cannot be checked here"}

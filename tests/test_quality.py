@@ -40,7 +40,7 @@ def test_kl_from_top_k_never_exceeds_the_full_kl_and_tightens_with_k(seed, k, pe
     full = _full_kl(p, q)
     logp, logq = np.log(p), np.log(q)
     bound = kl_lower_bound({**_top(logp, k), forced: float(logp[forced])}, {**_top(logq, k), forced: float(logq[forced])})
-    assert 0.0 <= bound <= full + 1e-9
+    assert 0.0 <= bound <= full * (1 + 1e-8) + 1e-9  # equal up to rounding when the top k hold nearly all the mass
     wider = kl_lower_bound({**_top(logp, n), forced: float(logp[forced])}, {**_top(logq, n), forced: float(logq[forced])})
     assert wider == pytest.approx(full, rel=1e-6, abs=1e-9)
 

@@ -387,7 +387,9 @@ def failure_rows(seen: dict[str, Outcome], finish_reason: str | None) -> list[di
         *(
             row(
                 cid,
-                f"{sum(v == 'KeyError' for v in kinds.values())} of {len(kinds)} reproduced ways is an error body",
+                f"{sum(v == 'KeyError' for v in kinds.values())} of {len(kinds)} reproduced ways is an error body"
+                if kinds
+                else "not reproduced",
                 "",
                 None if len(kinds) > 1 else (True if kinds else None),
                 "depends: an error body without choices is one way; a usage-only stream chunk and a helper that returns "
@@ -438,7 +440,9 @@ def _connection_rows(dead: Outcome | None, proxied: Outcome | None) -> list[dict
         *(
             row(
                 cid,
-                f"closed port: {_seen(dead)[:60]}; proxy variable to a closed port: {_seen(proxied)[:60]}",
+                f"closed port: {_seen(dead)[:60]}; proxy variable to a closed port: {_seen(proxied)[:60]}"
+                if dead or proxied
+                else "not reproduced in this run",
                 "",
                 None if refused_same else (True if dead and proxied else None),
                 "depends: a proxy variable pointing at a closed port raises the same error with the server up and the "

@@ -80,6 +80,15 @@ def row(claim_id: str, computed: float | str, unit: str, holds: bool | None, why
     }
 
 
+def unmeasurable_table() -> pd.DataFrame:
+    """The claims no engine, card or source here can check (data/claims.json's `needs`: what would check each): a
+    third-party tool, TaoToken's console, a named card. Each is "cannot be checked here", with that reason."""
+    return pd.DataFrame(
+        [row(c["id"], "not testable here", "", None, f"needs {c['needs']}") for c in claims() if c.get("needs")],
+        columns=["id", "claim", "source", "article", "computed", "unit", "verdict", "off_by", "why"],
+    )
+
+
 def _mha_like(layers: int, kv_heads: int, head_dim: int, q_heads: int = 64) -> ModelSpec:
     return ModelSpec(
         name=f"{layers}L-{kv_heads}kv",

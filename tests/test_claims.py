@@ -11,7 +11,7 @@ import sys
 import pytest
 from conftest import REPO
 
-from labs_lib.claims import AWQ_GROUP, awq_memory, claims, kv_claims_table, vllm_claims_table
+from labs_lib.claims import AWQ_GROUP, awq_memory, claims, kv_claims_table, unmeasurable_table, vllm_claims_table
 from labs_lib.kv_math import VLLM_GPU_MEMORY_UTILIZATION as VLLM_UTIL
 from labs_lib.kv_math import weight_bytes
 from labs_lib.roofline import article_claims_table
@@ -26,6 +26,7 @@ LIBRARY_TABLES = {
         "vllm_claims_table": vllm_claims_table,
         "roofline.article_claims_table": article_claims_table,
         "source_claims_table": source_claims_table,
+        "unmeasurable_table": unmeasurable_table,
     }.items()
 }
 MEASURED_TABLES = {
@@ -752,3 +753,26 @@ def test_taotokens_figures_are_judged_only_where_it_was_measured():
     }
     assert {r["computed"] for r in _taotoken_rows(pd.DataFrame())} == {"not measured"}
     assert {r["verdict"] for r in _taotoken_rows(None)} == {"cannot be checked here"}
+
+
+def test_a_claim_nothing_here_can_check_says_what_would():
+    """Every claim with `needs` is 'cannot be checked here' with that reason, and judged nowhere else."""
+    table = unmeasurable_table().set_index("id")
+    needing = {c["id"]: c["needs"] for c in claims() if c.get("needs")}
+    assert set(table.index) == set(needing) and len(needing) >= 7
+    assert set(table["verdict"]) == {"cannot be checked here"}
+    assert all(table.loc[cid, "why"] == f"needs {why}" for cid, why in needing.items())
+    judged_elsewhere = {
+        cid
+        for name, shown in LIBRARY_TABLES.items()
+        if name != "unmeasurable_table"
+        for cid in needing
+        if claim_text(cid) in shown()
+    }
+    assert not judged_elsewhere, judged_elsewhere
+    measured_sources = "".join(p.read_text() for p in MEASURED_TABLES.values())
+    assert not [cid for cid in needing if f'"{cid}"' in measured_sources]
+
+
+def claim_text(claim_id):
+    return original_claim(claim_id)["claim"]

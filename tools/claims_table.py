@@ -27,11 +27,11 @@ def expected() -> str:
     # the page states vLLM 0.33.0's verdicts (the recorded source and flags), whichever vLLM this machine has
     os.environ["LABS_VLLM_PYTHON"] = "recorded-0.33.0"
     from labs_lib.articles import CONCEPTS, index_coverage, unjudged
-    from labs_lib.claims import claims, kv_claims_table, vllm_claims_table
+    from labs_lib.claims import claims, kv_claims_table, unmeasurable_table, vllm_claims_table
     from labs_lib.roofline import article_claims_table
     from labs_lib.vllm_source import source_claims_table
 
-    tables = (kv_claims_table(), vllm_claims_table(), article_claims_table(), source_claims_table())
+    tables = (kv_claims_table(), vllm_claims_table(), article_claims_table(), source_claims_table(), unmeasurable_table())
     computed = {r["claim"]: r for table in tables for r in table.to_dict("records")}
     cover = index_coverage()
     lines = [

@@ -291,9 +291,33 @@ def quant_article_checks(
         w = weights.set_index("variant")
         checks += _int8_rows(w, reference, eval_tokens)
         checks += _four_bit_and_kv_rows(w, results)
+        checks.append(smaller_weights_decode_row(w))
     checks.append(_fp8_kv_row(results))
     checks.append(_awq_half_row())
     return pd.DataFrame(checks)
+
+
+def smaller_weights_decode_row(w: pd.DataFrame) -> dict:
+    """Seed 004's "smaller weights ease decode's memory bottleneck and often speed it up": each quantized variant's
+    TPOT p50 against F16's (one row per weight variant, f16 KV cache), with the bytes it reads per step."""
+    from .claims import row
+
+    if "F16" not in w.index or len(w) < 2:
+        return row("s004-smaller-weights-faster", "not measured", "", None, "needs F16 and a quantized variant")
+    smaller = w.drop(index="F16").sort_values("file_MiB")
+    ratios = smaller.tpot_p50_ms / w.loc["F16", "tpot_p50_ms"]
+    faster = int((ratios < 1).sum())
+    return row(
+        "s004-smaller-weights-faster",
+        "; ".join(
+            f"{v} {r:.2f}x TPOT at {b / w.loc['F16', 'file_MiB']:.0%} of the bytes"
+            for v, r, b in zip(smaller.index, ratios, smaller.file_MiB, strict=True)
+        ),
+        f"of F16's TPOT: {faster} of {len(ratios)} faster",
+        faster == len(ratios) or (None if faster else False),
+        "decode reads every weight once per step, so fewer bytes mean less to read; the step also dequantizes, so "
+        "TPOT falls less than the bytes do (lab 05 section 6, the decode roofline, puts them side by side)",
+    )
 
 
 def _int8_rows(w: pd.DataFrame, reference: str, eval_tokens: int) -> list[dict]:

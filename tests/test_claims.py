@@ -776,3 +776,19 @@ def test_a_claim_nothing_here_can_check_says_what_would():
 
 def claim_text(claim_id):
     return original_claim(claim_id)["claim"]
+
+
+def test_smaller_weights_are_judged_by_the_tpot_each_variant_measured():
+    """s004-smaller-weights-faster: every quantized variant's TPOT against F16's, from lab 05's weight rows."""
+    import pandas as pd
+
+    from labs_lib.quant_compare import smaller_weights_decode_row
+
+    def weights(q8_tpot: float, q4_tpot: float) -> pd.DataFrame:
+        rows = [("F16", 517.7, 34.6), ("Q8_0", 278.0, q8_tpot), ("Q4_0", 230.2, q4_tpot)]
+        return pd.DataFrame(rows, columns=["variant", "file_MiB", "tpot_p50_ms"]).set_index("variant")
+
+    assert smaller_weights_decode_row(weights(27.0, 24.3))["verdict"] == "holds"
+    assert smaller_weights_decode_row(weights(27.0, 36.0))["verdict"] == "depends"  # one of two faster: "often"
+    assert smaller_weights_decode_row(weights(35.0, 36.0))["verdict"] == "does not hold"
+    assert smaller_weights_decode_row(weights(27.0, 24.3).drop(index="F16"))["verdict"] == "cannot be checked here"

@@ -63,6 +63,7 @@ def check_choice(
     hint: str = "",
     limit_column_low: str | None = None,
     also: dict[str, float] | None = None,
+    rows_are: str = "measured",
 ) -> bool | None:
     """Judge a choice among measured rows (`design` names a row by `keys`): does it stay under the limit, and is it
     the best row that does? Prints one verdict; returns True/False, None when not answered.
@@ -72,7 +73,10 @@ def check_choice(
 
     With `limit_column_low` (the low end of limit_column's confidence interval) the measurement cannot always say
     whether a row meets the limit: the best row by the measured value and the best row whose interval reaches
-    under the limit are both accepted, the second with a note that more data would decide."""
+    under the limit are both accepted, the second with a note that more data would decide.
+
+    `rows_are` says what the rows are in the verdict ("measured"; "planned" for rows computed from measurements,
+    such as pairs of settings no run combined)."""
 
     also = also or {}
 
@@ -89,15 +93,15 @@ def check_choice(
 
     label = f" {label}" if label else ""
     name = ", ".join(keys)
-    best_text = " or ".join(dict.fromkeys(n for n in (named(best), named(maybe)) if n)) or "no measured row meets it"
-    if (proposal := _unanswered(design, label, keys, f"the best measured choice is {best_text}", hint)) is not True:
+    best_text = " or ".join(dict.fromkeys(n for n in (named(best), named(maybe)) if n)) or f"no {rows_are} row meets it"
+    if (proposal := _unanswered(design, label, keys, f"the best {rows_are} choice is {best_text}", hint)) is not True:
         return proposal
     assert isinstance(design, dict)  # _unanswered let only a dict with the keys through
     rows = table
     for k in keys:
         rows = rows[rows[k].astype(str) == str(design[k])]
     if rows.empty:
-        print(f"Design{label}: no measured row has {design}; choose among the rows the run measured ({name}).")
+        print(f"Design{label}: no {rows_are} row has {design}; choose among the {rows_are} rows ({name}).")
         return False
     row = rows.iloc[0]
     if over := next((c for c, maximum in also.items() if not row[c] <= maximum), None):
@@ -120,7 +124,7 @@ def check_choice(
         return True
     better = "higher" if higher_is_better else "lower"
     print(
-        f"Design{label}: {design} meets the limit, but another measured row has a {better} {objective} "
+        f"Design{label}: {design} meets the limit, but another {rows_are} row has a {better} {objective} "
         f'than its {row[objective]:,.2f}. {hint} (answer "{SHOW}" to see it)'
     )
     return False
@@ -303,3 +307,54 @@ def check_capacity_design(
         return False
     print(f"{label}: correct: the least card memory ({gpu_spec(gpu)['memory_gib']:g} GiB) for {task}; {why[0]}.")
     return True
+
+
+SERVICE_SEQUENCES, SERVICE_CONTEXT_TOKENS = 16, 4096  # lab 05's serving plan: 16 users, 4,096 tokens each
+
+
+def quantization_design(design: dict | str | None, results: pd.DataFrame, reference: str, weight_variants: bool) -> bool | None:
+    """Lab 05's design task, judged on its run (`results`: compare_variants' or compare_models' rows, the reference
+    first). On llama.cpp (`weight_variants`): the weights variant and KV dtype, any pair, that serves
+    SERVICE_SEQUENCES x SERVICE_CONTEXT_TOKENS in what the F16 weights file alone takes, within the TPOT SLO (the
+    reference's + 10%), at the least estimated KL (quant_compare.serving_plans). On vLLM, whose KV pool is a size
+    it is given: the measured configuration with the least memory within KL 0.01 and the same SLO."""
+    from .quant_compare import config_labels, config_memory_mib, serving_plans
+
+    tpot_slo_ms = 1.10 * results.iloc[0]["tpot_p50_ms"]
+    if weight_variants and "F16" in set(results.variant):
+        budget_mib = float(results[results.variant == "F16"].file_MiB.iloc[0])
+        print(
+            f"the service: {SERVICE_SEQUENCES} x {SERVICE_CONTEXT_TOKENS:,} tokens in {budget_mib:.1f} MiB, "
+            f"TPOT p50 at most {tpot_slo_ms:.1f} ms"
+        )
+        return check_choice(
+            "",
+            design,
+            serving_plans(results, reference, SERVICE_SEQUENCES, SERVICE_CONTEXT_TOKENS),  # sized and estimated, not shown
+            keys=("weights", "kv_dtype"),
+            limit_column="memory_MiB",
+            limit=budget_mib,
+            also={"est_tpot_ms": tpot_slo_ms},
+            objective="est_kl",
+            higher_is_better=False,
+            rows_are="planned",
+            hint=f"weights file + llamacpp_layout(model, {SERVICE_SEQUENCES} x {SERVICE_CONTEXT_TOKENS}, {SERVICE_SEQUENCES}, "
+            "type_k=kv_dtype).kv_bytes within the budget, then the least weights KL + KV KL",
+        )
+    if len(results) < 2:
+        print("design task not set: fewer than two configurations started")
+        return None
+    choices = results.assign(configuration=list(config_labels(results)), memory_MiB=config_memory_mib(results)).iloc[1:]
+    return check_choice(
+        "",
+        design,
+        choices,
+        keys=("configuration",),
+        limit_column="kl",
+        limit_column_low="kl_ci_low",
+        limit=0.01,
+        also={"tpot_p50_ms": tpot_slo_ms},  # the SLO: a configuration over it is out, however small
+        objective="memory_MiB",
+        higher_is_better=False,
+        hint=f"KL under 0.01 (or its interval reaching below it), TPOT p50 at most {tpot_slo_ms:.1f} ms, then the least memory",
+    )

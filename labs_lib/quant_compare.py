@@ -233,6 +233,34 @@ def kv_slots_within(kv_mib: float, settings: QuantSettings, kv_dtype: str, model
     return slots
 
 
+def serving_plans(
+    results: pd.DataFrame, reference: str, sequences: int, context_tokens: int, model: str = "gemma-3-270m"
+) -> pd.DataFrame:
+    """Every weights variant paired with every KV dtype that compare_variants measured (run together or not), for
+    `sequences` slots of `context_tokens` each on llama.cpp: memory_MiB (the weights file plus the KV cache
+    kv_math.llamacpp_layout gives), est_kl (the weights' KL at the f16 cache plus the KV dtype's KL on the reference
+    weights: the two errors taken as adding up) and est_tpot_ms (the weights' TPOT scaled by the KV dtype's on the
+    reference). The reference's own weights are not a choice: every KL is measured against them."""
+    at_f16 = results[results.kv_dtype == "f16"].set_index("variant")
+    on_reference = results[results.variant == reference].set_index("kv_dtype")
+    together = set(zip(results.variant, results.kv_dtype, strict=True))
+    rows = []
+    for weights, w in at_f16.drop(index=reference, errors="ignore").iterrows():
+        for kv_dtype, kv in on_reference.iterrows():
+            layout = llamacpp_layout(model, sequences * context_tokens, sequences, type_k=kv_dtype)
+            rows.append(
+                {
+                    "weights": weights,
+                    "kv_dtype": kv_dtype,
+                    "memory_MiB": w.file_MiB + layout.kv_bytes / MIB,
+                    "est_kl": w.kl + kv.kl,
+                    "est_tpot_ms": w.tpot_p50_ms * kv.tpot_p50_ms / on_reference.loc["f16", "tpot_p50_ms"],
+                    "run_together": (weights, kv_dtype) in together,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
 def config_memory_mib(df: pd.DataFrame) -> pd.Series:
     """Each configuration's memory, MiB: its weights file and its KV cache as llama.cpp logs it (compare_variants);
     on vLLM, the weights it logs on a GPU, else its process's RSS (its KV pool is a fixed size it is given: a smaller

@@ -112,7 +112,7 @@ def test_an_interval_accepts_the_best_row_that_surely_or_possibly_meets_the_limi
 
 
 def test_lab04s_task_weighs_a_kl_budget_against_a_tpot_slo_on_a_real_run(capsys):
-    """Lab 05's design task on its measured quick run (tests/fixtures/quant/README.md): KL under 0.01 and TPOT p50
+    """Lab 05's design task on vLLM, here on its measured quick run (tests/fixtures/quant/README.md): KL under 0.01 and TPOT p50
     within 10% of the reference's, least weights + KV memory. F16 is closest in KL but over the SLO; Q8_0 meets
     both with more memory than the reference's weights with a q8_0 KV cache."""
     import pandas as pd
@@ -141,6 +141,38 @@ def test_lab04s_task_weighs_a_kl_budget_against_a_tpot_slo_on_a_real_run(capsys)
     assert check_choice("", {"configuration": "Q4_K_M/q8_0"}, choices, **kw) is True
     assert "correct: " in capsys.readouterr().out
     assert check_choice("", {"configuration": "Q4_K_M/q8_0"}, choices, **{**kw, "also": {"tpot_p50_ms": 11.0}}) is False
+
+
+def test_lab05s_serving_plan_is_a_pair_no_run_combined(capsys):
+    """Lab 05's design task on llama.cpp, on its measured quick run: 16 x 4,096 tokens in what the F16 weights file
+    takes. The least estimated KL that fits is Q8_0 weights with a q8_0 cache, a pair the lab never ran."""
+    import pandas as pd
+
+    from labs_lib.quant_compare import serving_plans
+
+    results = pd.read_csv(Path(__file__).parent / "fixtures" / "quant" / "configurations-llamacpp-quick.csv")
+    plans = serving_plans(results, "Q4_K_M", 16, 4096)
+    assert len(plans) == 4 * 3 and "Q4_K_M" not in set(plans.weights)  # every variant x every KV dtype, not the reference
+    budget = float(results[results.variant == "F16"].file_MiB.iloc[0])
+    kw = {
+        "keys": ("weights", "kv_dtype"),
+        "limit_column": "memory_MiB",
+        "limit": budget,
+        "also": {"est_tpot_ms": 1.10 * results.iloc[0]["tpot_p50_ms"]},
+        "objective": "est_kl",
+        "higher_is_better": False,
+        "rows_are": "planned",
+    }
+    best = plans[(plans.weights == "Q8_0") & (plans.kv_dtype == "q8_0")].iloc[0]
+    assert not best.run_together and best.memory_MiB < budget  # 278.0 MiB of weights + 229.5 of q8_0 cache
+    assert check_choice("", {"weights": "Q8_0", "kv_dtype": "q8_0"}, plans, **kw) is True
+    assert check_choice("", {"weights": "F16", "kv_dtype": "q4_0"}, plans, **kw) is False  # 639 MiB: over the budget
+    assert check_choice("", {"weights": "Q8_0", "kv_dtype": "q4_0"}, plans, **kw) is False  # fits, more KL
+    capsys.readouterr()
+    assert check_choice("", {"weights": "Q4_K_M", "kv_dtype": "q8_0"}, plans, **kw) is False
+    assert "no planned row" in capsys.readouterr().out
+    assert check_choice("", {"weights": "Q8_0", "kv_dtype": "q8_0"}, plans, **{**kw, "also": {"est_tpot_ms": 11.9}}) is False
+    assert check_choice("", "show", plans, **kw) is False and "weights=Q8_0, kv_dtype=q8_0" in capsys.readouterr().out
 
 
 def test_the_kv_quality_data_is_what_lab04_measured():
@@ -221,3 +253,18 @@ def test_lab03s_design_runs_the_participants_cap_on_the_engine(starts_engine, ca
     out = capsys.readouterr().out
     assert verdict in (True, False) and out.startswith("Design: ") and "{'concurrency': 3}" in out
     assert ("correct" in out) == verdict
+
+
+def test_lab05s_design_cell_takes_the_plan_on_llamacpp_and_the_measured_rows_on_vllm(capsys):
+    """quantization_design, as lab 05 calls it: the serving plan where weight variants ran, the least-memory choice
+    among measured configurations otherwise (vLLM), both judged on the same real run."""
+    import pandas as pd
+
+    from labs_lib.design_tasks import quantization_design
+
+    results = pd.read_csv(Path(__file__).parent / "fixtures" / "quant" / "configurations-llamacpp-quick.csv")
+    assert quantization_design({"weights": "Q8_0", "kv_dtype": "q8_0"}, results, "Q4_K_M", True) is True
+    assert "16 x 4,096 tokens in 517.7 MiB" in capsys.readouterr().out
+    assert quantization_design("show", results, "Q4_K_M", False) is False
+    assert "configuration=Q4_K_M/q8_0" in capsys.readouterr().out
+    assert quantization_design(None, results.iloc[:1], "Q4_K_M", False) is None

@@ -320,6 +320,9 @@ def quantization_design(design: dict | str | None, results: pd.DataFrame, refere
     it is given: the measured configuration with the least memory within KL 0.01 and the same SLO."""
     from .quant_compare import config_labels, config_memory_mib, serving_plans
 
+    if len(results) < 2:  # a configuration that failed to start is no row to choose
+        print("design task not set: fewer than two configurations started")
+        return None
     tpot_slo_ms = 1.10 * results.iloc[0]["tpot_p50_ms"]
     if weight_variants and "F16" in set(results.variant):
         budget_mib = float(results[results.variant == "F16"].file_MiB.iloc[0])
@@ -341,9 +344,6 @@ def quantization_design(design: dict | str | None, results: pd.DataFrame, refere
             hint=f"weights file + llamacpp_layout(model, {SERVICE_SEQUENCES} x {SERVICE_CONTEXT_TOKENS}, {SERVICE_SEQUENCES}, "
             "type_k=kv_dtype).kv_bytes within the budget, then the least weights KL + KV KL",
         )
-    if len(results) < 2:
-        print("design task not set: fewer than two configurations started")
-        return None
     choices = results.assign(configuration=list(config_labels(results)), memory_MiB=config_memory_mib(results)).iloc[1:]
     return check_choice(
         "",

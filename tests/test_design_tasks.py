@@ -268,3 +268,4 @@ def test_lab05s_design_cell_takes_the_plan_on_llamacpp_and_the_measured_rows_on_
     assert quantization_design("show", results, "Q4_K_M", False) is False
     assert "configuration=Q4_K_M/q8_0" in capsys.readouterr().out
     assert quantization_design(None, results.iloc[:1], "Q4_K_M", False) is None
+    assert quantization_design("show", results.iloc[:0], "Q4_K_M", True) is None  # every configuration refused

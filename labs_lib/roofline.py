@@ -309,6 +309,13 @@ def _step_attention(spec, positions: np.ndarray) -> np.ndarray:
     return decode_step_flops(spec, positions) - 2 * spec.params
 
 
+def _flops_at(spec, cached: bool, total: bool):
+    """FLOPs against a token count n, for growth_exponent: of the step at position n, or (total) of all n steps."""
+    if not total:
+        return lambda n: decode_step_flops(spec, n, cached=cached)
+    return lambda n: np.cumsum(decode_step_flops(spec, np.arange(1, max(n) + 1), cached=cached))[np.asarray(n) - 1]
+
+
 def _kv_complexity_rows() -> list[dict]:
     """Seed 000's "O(N^2) to O(N)" (all N tokens' FLOPs) and seed 002's "O(n*d) to O(d)" (one step's), from
     decode_step_flops with and without the cache: the growth exponents at the article's length."""
@@ -318,14 +325,8 @@ def _kv_complexity_rows() -> list[dict]:
     for cid, total in (("s000-kv-n2-to-n", True), ("s002-kv-step-nd-to-d", False)):
         c = claims.claim(cid)
         spec = claims.load_model(c["model"])
-
-        def flops(cached: bool, spec=spec, total=total):
-            if not total:
-                return lambda n: decode_step_flops(spec, n, cached=cached)
-            return lambda n: np.array([np.sum(decode_step_flops(spec, np.arange(1, k + 1), cached=cached)) for k in n])
-
         said_without, said_with = c["value"]
-        without, with_cache = growth_exponent(flops(False), c["tokens"]), growth_exponent(flops(True), c["tokens"])
+        without, with_cache = (growth_exponent(_flops_at(spec, cached, total), c["tokens"]) for cached in (False, True))
         holds = abs(without - said_without) <= 0.25 and abs(with_cache - said_with) <= 0.25
         turn = attention_equals_weights_tokens(spec)
         rows.append(

@@ -10,7 +10,6 @@ from __future__ import annotations
 import ast
 import json
 import re
-import subprocess
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import claims
-from .engines.vllm import find_vllm
+from .engines.vllm import find_vllm, package_dir
 from .paths import DATA_DIR
 
 RECORDED = DATA_DIR / "vllm_source_0.33.0.json"
@@ -60,15 +59,9 @@ class VllmSource:
 def vllm_source() -> VllmSource:
     """The installed vLLM's source where one is found (labs_lib.engines.vllm.find_vllm), else the recorded 0.33.0."""
     found = find_vllm()
-    if found:
-        ask = "import importlib.util as u; print(u.find_spec('vllm').submodule_search_locations[0])"  # imports nothing
-        try:
-            out = subprocess.run([found.python, "-c", ask], capture_output=True, text=True, timeout=120)
-            site = Path(out.stdout.strip()).parent
-            if (site / "vllm").is_dir():
-                return VllmSource(f"{found.distribution} {found.version}", site, {})
-        except (OSError, subprocess.TimeoutExpired):
-            pass  # the recorded source stands in
+    folder = package_dir(found) if found else None
+    if found and folder:
+        return VllmSource(f"{found.distribution} {found.version}", folder.parent, {})
     recorded = json.loads(RECORDED.read_text())
     return VllmSource(f"vLLM {recorded['version']}", None, recorded["files"])
 
@@ -94,27 +87,31 @@ class _Capability:
     minor: int
 
 
-def backend_priorities(source: VllmSource, capability: tuple[int, int], use_mla: bool = False) -> list[str]:
-    """vLLM's attention backends in the order it tries them on a card of this compute capability (the first one
-    the card and model support is the default): vllm/platforms/cuda.py's _get_backend_priorities, run on stand-ins
-    for its enum and capability, so the CUDA build need not import."""
-    text = source.read(CUDA_PY)
-    tree = ast.parse(text)
+def _priorities_function(source: VllmSource):
+    """vllm/platforms/cuda.py's _get_backend_priorities, compiled from the source's text with stand-ins for its
+    enum (each member its name), so the CUDA build need not import."""
+    tree = ast.parse(source.read(CUDA_PY))
     fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "_get_backend_priorities")
     fn.body = [s for s in fn.body if not isinstance(s, ast.Import | ast.ImportFrom)]  # its lazy import of torch utils
     fn.decorator_list, fn.returns = [], None  # a cache in some versions; its types are vLLM's, not needed to run it
     for arg in fn.args.args + fn.args.kwonlyargs:
         arg.annotation = None
-    module = ast.Module(body=[fn], type_ignores=[])
-    code = compile(module, CUDA_PY, "exec", dont_inherit=True)
+    code = compile(ast.Module(body=[fn], type_ignores=[]), CUDA_PY, "exec", dont_inherit=True)
     scope: dict = {"AttentionBackendEnum": _Names(), "is_quantized_kv_cache": lambda dtype: "fp8" in str(dtype)}
     exec(code, scope)  # vLLM's own function, from the installed package or the recorded wheel excerpt
-    return list(scope["_get_backend_priorities"](use_mla=use_mla, device_capability=_Capability(*capability)))
+    return scope["_get_backend_priorities"]
+
+
+def backend_priorities(source: VllmSource, capability: tuple[int, int], use_mla: bool = False) -> list[str]:
+    """vLLM's attention backends in the order it tries them on a card of this compute capability (the first one
+    the card and model support is the default), by vLLM's own function."""
+    return list(_priorities_function(source)(use_mla=use_mla, device_capability=_Capability(*capability)))
 
 
 def default_backends(source: VllmSource) -> dict[str, str]:
     """The first backend vLLM tries for a standard (non-MLA) model on each card of CARDS."""
-    return {card: backend_priorities(source, capability)[0] for card, capability in CARDS.items()}
+    priorities = _priorities_function(source)
+    return {card: priorities(use_mla=False, device_capability=_Capability(*cap))[0] for card, cap in CARDS.items()}
 
 
 def kv_size_log_line(source: VllmSource, tokens: int = 120_000) -> str:

@@ -51,11 +51,11 @@ def vllm_installed() -> Path:
     the installed vLLM's package folder, asked of vLLM's own Python: $LABS_VLLM_PYTHON may name any interpreter
     (a conda env's, a wrapper script), not only a venv's bin/python beside lib/python3*/site-packages."""
     require_vllm()
-    from labs_lib.engines.vllm import find_vllm
+    from labs_lib.engines.vllm import find_vllm, package_dir
 
-    ask = "import importlib.util as u; print(u.find_spec('vllm').submodule_search_locations[0])"  # finds, imports nothing
-    found = subprocess.run([find_vllm().python, "-c", ask], capture_output=True, text=True, timeout=120, check=True)
-    return Path(found.stdout.strip())
+    folder = package_dir(find_vllm())
+    assert folder, "the installed vLLM's Python could not say where its package is"
+    return folder
 
 
 @pytest.fixture(scope="session")

@@ -132,6 +132,18 @@ def _find_vllm(chosen: str) -> VLLMInstall | None:
     return None
 
 
+def package_dir(found: VLLMInstall) -> Path | None:
+    """The installed vLLM's package folder (…/site-packages/vllm), asked of its own Python, which may be any
+    interpreter ($LABS_VLLM_PYTHON: a conda env's, a wrapper script); found, not imported. None if it cannot say."""
+    ask = "import importlib.util as u; print(u.find_spec('vllm').submodule_search_locations[0])"
+    try:
+        out = subprocess.run([found.python, "-c", ask], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    folder = Path(out.stdout.strip())
+    return folder if out.returncode == 0 and folder.is_dir() else None
+
+
 @cache
 def known_flags() -> tuple[str, frozenset[str]]:
     """(vLLM version the flags are from, the flags): the installed vLLM's own --help, else vLLM 0.33.0's."""

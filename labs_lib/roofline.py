@@ -242,7 +242,16 @@ def article_claims_table() -> pd.DataFrame:
     """The articles' claims about decode's bottleneck, judged by the two roofs of catalogue_rows (the appendix)."""
     import pandas as pd
 
-    return pd.DataFrame([_batch1_utilization_row(), *_decode_bound_rows(), *_kv_complexity_rows(), _prefill_bound_row()])
+    return pd.DataFrame(
+        [
+            _batch1_utilization_row(),
+            *_decode_bound_rows(),
+            *_kv_complexity_rows(),
+            _prefill_bound_row(),
+            _batch_oom_row(),
+            _recompute_row(),
+        ]
+    )
 
 
 def _roof_rows(c: dict, batches: tuple[int, ...]) -> pd.DataFrame:
@@ -370,4 +379,79 @@ def _prefill_bound_row() -> dict:
         + ", ".join(crossings)
         + "); shorter prompts are memory-bound like decode. At the roof is the most it can use: real prefills reach "
         "a fraction of the card's peak",
+    )
+
+
+def _card_terms(spec, gpu: str) -> tuple[float, float, int, int]:
+    """A card's bf16 FLOP/s and bytes/s, and the model's bf16 weight bytes and KV bytes per token."""
+    from .kv_math import kv_cache, weight_bytes
+
+    card = gpu_spec(gpu)
+    return (
+        card["bf16_dense_tflops"] * 1e12,
+        card["bandwidth_gb_per_s"] * 1e9,
+        weight_bytes(spec, "bf16"),
+        kv_cache(spec, 1, 1, "bf16").kv_bytes_per_token,
+    )
+
+
+def compute_bound_batch(spec, gpu: str, context_tokens: int) -> float:
+    """The smallest batch whose decode step takes as long to compute as to read (weights once, each sequence's
+    KV): math.inf where each sequence adds more reading than arithmetic, so no batch reaches the compute roof."""
+    flops_per_s, bytes_per_s, weights, kv_per_token = _card_terms(spec, gpu)
+    compute_s = decode_step_flops(spec, context_tokens) / flops_per_s  # per sequence
+    read_s = context_tokens * kv_per_token / bytes_per_s  # per sequence, beside the weights' read
+    return weights / bytes_per_s / (compute_s - read_s) if compute_s > read_s else float("inf")
+
+
+def _batch_oom_row() -> dict:
+    """Seed 003's "a batch large enough to use the compute runs out of memory": the batch that reaches the compute
+    roof against the batch lab 01's planner fits, per card."""
+    from . import claims
+    from .kv_math import plan_capacity
+
+    c = claims.claim("s003-batch-oom")
+    spec = claims.load_model(c["model"])
+    said = []
+    outcomes = []
+    for gpu in c["gpus"]:
+        needed = compute_bound_batch(spec, gpu, c["context_tokens"])
+        fits = plan_capacity(spec, c["context_tokens"], gpu=gpu, kv_dtype="bf16", weight_dtype="bf16").max_concurrency
+        outcomes.append(needed > fits)
+        said.append(f"{gpu}: fits {fits:.0f}, compute-bound {'never' if needed == float('inf') else f'from {needed:.0f}'}")
+    return claims.row(
+        "s003-batch-oom",
+        "; ".join(said),
+        f"sequences of {c['context_tokens']:,} tokens ({spec.name} bf16)",
+        all(outcomes) or (None if any(outcomes) else False),
+        "a larger batch shares each read of the weights, but each sequence adds its own KV cache to read and to hold: "
+        "where that reading outweighs the sequence's arithmetic, no batch reaches the compute roof, and the pool "
+        "(lab 01's planner, vLLM's default fraction) is full long before. At short contexts the compute roof comes "
+        "first",
+    )
+
+
+def _recompute_row() -> dict:
+    """Seed 001's "without a working cache every token recomputes the history: latency multiplies several times",
+    by the two roofs: each step's time the larger of its arithmetic and its reading, with and without the cache."""
+    from . import claims
+
+    c = claims.claim("s001-recompute-multiplies")
+    spec = claims.load_model(c["model"])
+    positions = np.arange(c["prompt_tokens"] + 1, c["prompt_tokens"] + c["output_tokens"] + 1)
+    ratios = {}
+    for gpu in c["gpus"]:
+        flops_per_s, bytes_per_s, weights, kv_per_token = _card_terms(spec, gpu)
+        cached = np.maximum(decode_step_flops(spec, positions) / flops_per_s, (weights + positions * kv_per_token) / bytes_per_s)
+        uncached = np.maximum(decode_step_flops(spec, positions, cached=False) / flops_per_s, weights / bytes_per_s)
+        ratios[gpu] = float(uncached.sum() / cached.sum())
+    return claims.row(
+        "s001-recompute-multiplies",
+        ", ".join(f"{gpu} {r:.1f}x" for gpu, r in ratios.items()),
+        f"decode time without / with the cache ({spec.name}, {c['output_tokens']} tokens after {c['prompt_tokens']})",
+        True if min(ratios.values()) >= c["value"] else (None if max(ratios.values()) >= c["value"] else False),
+        "each uncached step reruns the model over every token so far (compute-bound once there are a few hundred); "
+        "each cached step reads the weights and the cache once (memory-bound): at the roofs, the slowdown is the "
+        f"ratio shown ('several times' taken as at least {c['value']}x). On a CPU, where the compute roof is far "
+        "lower, it is larger: lab 02 times both in numpy",
     )

@@ -32,6 +32,9 @@ CLI_ARGS_PY = (
 )
 MODELS_ROUTER_PY = "vllm/entrypoints/openai/models/api_router.py"
 CACHE_CONFIG_PY = "vllm/config/cache.py"
+# the start-up KV check moved out of kv_cache_utils.py in 0.33
+KV_CHECK_PY = ("vllm/v1/core/kv_cache_planning.py", KV_CACHE_UTILS_PY)
+FLASHMLA_PY = "vllm/v1/attention/backends/mla/flashmla.py"
 PARALLEL_CONFIG_PY = "vllm/config/parallel.py"
 # NVIDIA compute capabilities, by the cards that carry them (what vLLM's backend choice branches on)
 CARDS: dict[str, tuple[int, int]] = {"A100": (8, 0), "L4 / RTX 4090": (8, 9), "H100 / H200": (9, 0), "B200": (10, 0)}
@@ -157,6 +160,31 @@ def too_many_ranks_error(source: VllmSource, world_size: int, gpus: int) -> str 
     return message.replace("{self.world_size}", str(world_size)).replace("{gpu_count}", str(gpus))
 
 
+def kv_error_advice(source: VllmSource) -> list[str]:
+    """The settings vLLM's start-up error names when one request at max_model_len does not fit the KV pool, in
+    its words ("increasing `gpu_memory_utilization`", "decreasing `max_model_len`")."""
+    text = source.read(*KV_CHECK_PY)
+    found = re.search(r"To serve at least one request.*?for more details", text, re.S)
+    if not found:
+        raise LookupError(f"no KV memory check in {source.version}")
+    return re.findall(r"(increasing|decreasing) `(\w+)`", found.group(0))
+
+
+def required_block_sizes(source: VllmSource) -> list[int]:
+    """The block sizes FlashMLA (vLLM's MLA backend on Hopper) accepts: its get_supported_kernel_block_sizes."""
+    found = re.search(r"def get_supported_kernel_block_sizes\(.*?\n\s+return \[([\d, ]+)\]", source.read(FLASHMLA_PY), re.S)
+    if not found:
+        raise LookupError(f"no block sizes in {FLASHMLA_PY} of {source.version}")
+    return [int(n) for n in found.group(1).split(",")]
+
+
+def hashes_full_blocks_only(source: VllmSource) -> bool:
+    """Whether prefix caching hashes (so can reuse) only full blocks: its request_block_hasher stops at the first
+    block the request's tokens do not fill."""
+    text = source.read(KV_CACHE_UTILS_PY)
+    return bool(re.search(r"if end_token_idx > num_tokens:\s*# We only hash full blocks\s*break", text))
+
+
 def _awq_bits_row() -> dict:
     """Seed 003's "switch AWQ to 6 bits", against the widths vLLM's AWQ accepts (read in its source)."""
     source = vllm_source()
@@ -265,6 +293,47 @@ def _engine_config_rows() -> list[dict]:
     ]
 
 
+def _advice_rows() -> list[dict]:
+    """The articles' advice for a KV pool too small, a block size, and a prefix-cache hit rate of 0, against vLLM's."""
+    source = vllm_source()
+    advice = kv_error_advice(source)
+    named = [f"{way} {knob}" for way, knob in advice]
+    m = claims.claim("s003-lower-max-model-len")
+    sizes = required_block_sizes(source)
+    b = claims.claim("s002-block-size-models")
+    full_only = hashes_full_blocks_only(source)
+    block = default_block_size(source)
+    h = claims.claim("s001-hit-rate-zero")
+    cached = [n // block * block if full_only else n for n in h["shared_prefix_tokens"]]
+    return [
+        claims.row(
+            "s003-lower-max-model-len",
+            "; ".join(named),
+            "what vLLM's error asks for",
+            ("decreasing", m["value"]) in advice,
+            f"{source.version}'s start-up check (one request at max_model_len must fit the pool) raises with this advice; "
+            "quantizing the weights works too (lab 01's planner: what the weights give up goes to the pool)",
+        ),
+        claims.row(
+            "s002-block-size-models",
+            ", ".join(map(str, sizes)),
+            "block sizes FlashMLA accepts",
+            sizes != [b["value"]],
+            f"{source.version}'s {FLASHMLA_PY}: MLA models (DeepSeek V2/V3) on this backend need blocks of "
+            f"{' or '.join(map(str, sizes))}, not the default {block}",
+        ),
+        claims.row(
+            "s001-hit-rate-zero",
+            ", ".join(f"{n} shared -> {k} reusable" for n, k in zip(h["shared_prefix_tokens"], cached, strict=True)),
+            f"tokens, blocks of {block}",
+            None if 0 in cached else True,
+            f"{source.version} reuses only full blocks ({KV_CACHE_UTILS_PY}, request_block_hasher): an identical system "
+            f"prompt shorter than {block} tokens is never a hit, and neither is anything when prefix caching is off; a "
+            "system prompt that differs per request is one cause of three",
+        ),
+    ]
+
+
 def source_claims_table() -> pd.DataFrame:
     """The articles' claims judged by running or reading vLLM's source (vllm_source())."""
-    return pd.DataFrame([_awq_bits_row(), _default_backend_row(), *_server_rows(), *_engine_config_rows()])
+    return pd.DataFrame([_awq_bits_row(), _default_backend_row(), *_server_rows(), *_engine_config_rows(), *_advice_rows()])

@@ -28,10 +28,20 @@ def expected() -> str:
     os.environ["LABS_VLLM_PYTHON"] = "recorded-0.33.0"
     from labs_lib.articles import CONCEPTS, index_coverage, unjudged
     from labs_lib.claims import claims, kv_claims_table, unmeasurable_table, vllm_claims_table
+    from labs_lib.mechanism_claims import mechanism_claims_table
+    from labs_lib.package_claims import package_claims_table
     from labs_lib.roofline import article_claims_table
     from labs_lib.vllm_source import source_claims_table
 
-    tables = (kv_claims_table(), vllm_claims_table(), article_claims_table(), source_claims_table(), unmeasurable_table())
+    tables = (
+        kv_claims_table(),
+        vllm_claims_table(),
+        article_claims_table(),
+        source_claims_table(),
+        mechanism_claims_table(),
+        package_claims_table(),
+        unmeasurable_table(),
+    )
     computed = {r["claim"]: r for table in tables for r in table.to_dict("records")}
     cover = index_coverage()
     lines = [

@@ -397,9 +397,9 @@ def _card_terms(spec, gpu: str) -> tuple[float, float, int, int]:
 
 def compute_bound_batch(spec, gpu: str, context_tokens: int) -> float:
     """The smallest batch whose decode step takes as long to compute as to read (weights once, each sequence's
-    KV): math.inf where each sequence adds more reading than arithmetic, so no batch reaches the compute roof."""
+    KV): inf where each sequence adds more reading than arithmetic, so no batch reaches the compute roof."""
     flops_per_s, bytes_per_s, weights, kv_per_token = _card_terms(spec, gpu)
-    compute_s = decode_step_flops(spec, context_tokens) / flops_per_s  # per sequence
+    compute_s = float(decode_step_flops(spec, context_tokens)) / flops_per_s  # per sequence
     read_s = context_tokens * kv_per_token / bytes_per_s  # per sequence, beside the weights' read
     return weights / bytes_per_s / (compute_s - read_s) if compute_s > read_s else float("inf")
 

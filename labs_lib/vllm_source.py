@@ -160,7 +160,7 @@ def too_many_ranks_error(source: VllmSource, world_size: int, gpus: int) -> str 
     return message.replace("{self.world_size}", str(world_size)).replace("{gpu_count}", str(gpus))
 
 
-def kv_error_advice(source: VllmSource) -> list[str]:
+def kv_error_advice(source: VllmSource) -> list[tuple[str, str]]:
     """The settings vLLM's start-up error names when one request at max_model_len does not fit the KV pool, in
     its words ("increasing `gpu_memory_utilization`", "decreasing `max_model_len`")."""
     text = source.read(*KV_CHECK_PY)

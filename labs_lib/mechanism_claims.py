@@ -334,6 +334,53 @@ def _card_rows() -> list[dict]:
     ]
 
 
+def _tp_row() -> dict:
+    """Seed 003: an out-of-memory error at start-up: check tensor_parallel_size against the cards."""
+    c = claims.claim("s003-oom-check-tp")
+    spec = load_model(c["model"])
+    fits = {
+        tp: plan_capacity(spec, c["max_model_len"], gpu=c["gpu"], tp=tp, kv_dtype="bf16", weight_dtype="bf16")
+        for tp in range(1, c["gpus"] + 1)
+        if c["gpus"] % tp == 0
+    }
+    short = [tp for tp, plan in fits.items() if not plan.fits_one_request]
+    return claims.row(
+        "s003-oom-check-tp",
+        ", ".join(f"tp {tp}: {plan.max_concurrency:.1f}" for tp, plan in fits.items()),
+        f"requests of {c['max_model_len']:,} tokens that fit ({spec.name} bf16 on {c['gpus']} {c['gpu']})",
+        bool(short) and fits[c["gpus"]].fits_one_request,
+        f"with tensor_parallel_size below the card count each rank holds 1/tp of the weights: at tp {', '.join(map(str, short))} "
+        "the weights on each card leave no room for one request's cache, or do not fit at all: an out-of-memory error at "
+        "start; at tp equal to the cards it fits"
+        if short
+        else "every tensor_parallel_size fits this model here: a start-up shortage is not the parallel size",
+    )
+
+
+def _utilization_band_row() -> dict:
+    """Seed 003: below 0.85 throughput drops markedly (the pool it leaves), above 0.95 the risk of OOM rises."""
+    c = claims.claim("s003-util-band")
+    low, default = c["value"]
+    drops = {}
+    for gpu in c["gpus"]:
+        tokens = [
+            plan_capacity(c["model"], c["max_model_len"], gpu=gpu, kv_dtype="bf16", gpu_memory_utilization=u).kv_cache_tokens
+            for u in (low, default)
+        ]
+        drops[gpu] = 1 - tokens[0] / tokens[1]
+    marked = [g for g, d in drops.items() if d > c["marked_over"]]
+    return claims.row(
+        "s003-util-band",
+        ", ".join(f"{g} -{d:.0%}" for g, d in drops.items()),
+        f"KV pool at {low} against {default} ({load_model(c['model']).name}, lab 01's planner)",
+        len(marked) == len(drops) or (None if marked else False),
+        f"the fraction sizes the pool after the weights, so the same step costs a small card more of its pool: "
+        f"'markedly' taken as over {c['marked_over']:.0%}. Throughput falls only where the pool, not the batch cap, "
+        "limits the requests running; above 0.95 vLLM refuses to start when other processes hold the difference "
+        "(free memory must cover total x fraction) rather than running out later",
+    )
+
+
 def _awq_blocks_row() -> dict:
     """Seed 001: 4-bit weights leave more KV blocks (the speed half is lab 05's s004-smaller-weights-faster)."""
     c = claims.claim("s001-awq-more-blocks")
@@ -363,6 +410,8 @@ def mechanism_claims_table() -> pd.DataFrame:
             _order_row(),
             *_model_shape_rows(),
             *_card_rows(),
+            _tp_row(),
+            _utilization_band_row(),
             _awq_blocks_row(),
         ]
     )

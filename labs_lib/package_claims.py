@@ -5,6 +5,7 @@ and what `pip install vllm` fetches, read from the requirements of vLLM 0.33.0's
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import re
@@ -48,6 +49,13 @@ def sdk_usage_fields() -> list[str]:
     return [name for name, field in CompletionUsage.model_fields.items() if field.is_required()]
 
 
+def sdk_client_arguments() -> set[str]:
+    """The keyword arguments the installed SDK's OpenAI() takes."""
+    from openai import OpenAI
+
+    return set(inspect.signature(OpenAI.__init__).parameters) - {"self"}
+
+
 def wheel_cuda_majors() -> set[int]:
     """The CUDA major versions named by the requirements of PyPI's vLLM 0.33.0 wheel (its cuNN extras)."""
     lines = json.loads((DATA_DIR / "vllm_source_0.33.0.json").read_text())["requires_dist"]["lines"]
@@ -62,6 +70,9 @@ def package_claims_table() -> pd.DataFrame:
     fields = sdk_usage_fields()
     u = claims.claim("s000-usage-fields")
     majors = wheel_cuda_majors()
+    config = json.loads((DATA_DIR / "client_configs" / "article_seed002_client.json").read_text())
+    taken = sdk_client_arguments()
+    unknown = [k for k in config if k not in taken]
     return pd.DataFrame(
         [
             claims.row(
@@ -87,6 +98,16 @@ def package_claims_table() -> pd.DataFrame:
                 set(u["value"]) <= set(fields),
                 f"{sdk}'s CompletionUsage; llama.cpp and vLLM fill them (lab 02 reads usage from both). A streamed reply "
                 "carries usage only when asked (stream_options include_usage)",
+            ),
+            claims.row(
+                "s002-client-json",
+                f"{len(config) - len(unknown)} of {len(config)} keys are OpenAI() arguments"
+                + (f"; not: {', '.join(unknown)}" if unknown else ""),
+                "seed 002's client JSON",
+                not unknown,
+                f"{sdk}'s OpenAI() signature: the model is named with each request (model=), and headers for every "
+                "request are default_headers (extra_headers is a per-request argument); nothing reads such a JSON file by "
+                "itself: a script must pass each key on. Its base_url lacks /v1 (lab 06 judges that URL)",
             ),
             claims.row(
                 "s001-pip-cuda",

@@ -87,6 +87,16 @@ def test_the_24gb_card_anecdote_against_the_planner(monkeypatch):
     assert _judged(mechanism_claims_table, "s004-4k-steady", monkeypatch, gpu="T4")["verdict"] == "does not hold"
 
 
+def test_start_up_memory_follows_the_parallel_size_and_the_card(monkeypatch):
+    assert _judged(mechanism_claims_table, "s003-oom-check-tp")["verdict"] == "holds"
+    # a model that fits one card at any parallel size: the parallel size is not the cause
+    assert _judged(mechanism_claims_table, "s003-oom-check-tp", monkeypatch, model="llama-3.1-8b")["verdict"] == "does not hold"
+    band = _judged(mechanism_claims_table, "s003-util-band")
+    assert band["verdict"] == "depends" and band["computed"].startswith("L4 -")  # the small card loses most
+    assert _judged(mechanism_claims_table, "s003-util-band", monkeypatch, marked_over=0.01)["verdict"] == "holds"
+    assert _judged(mechanism_claims_table, "s003-util-band", monkeypatch, marked_over=0.9)["verdict"] == "does not hold"
+
+
 def test_awq_gives_its_bytes_to_the_pool():
     from labs_lib.claims import awq_memory
 
@@ -137,8 +147,16 @@ def test_sdk_types_and_the_wheel_decide_their_claims(monkeypatch):
     assert table.loc["s001-pip-cuda", "verdict"] == "does not hold" and table.loc["s001-pip-cuda", "computed"] == "CUDA 13"
     asked = _judged(package_claims_table, "s000-usage-fields", monkeypatch, value=["prompt_tokens", "cached_tokens"])
     assert asked["verdict"] == "does not hold"
+    client = table.loc["s002-client-json"]
+    assert client["verdict"] == "does not hold" and "model_id" in client["computed"] and "extra_headers" in client["computed"]
+    monkeypatch.setattr(
+        package_claims,
+        "sdk_client_arguments",
+        lambda: {"base_url", "api_key", "model_id", "timeout", "max_retries", "extra_headers"},
+    )
     monkeypatch.setattr(package_claims, "sdk_finish_reasons", lambda: ("stop", "length"))
     monkeypatch.setattr(package_claims, "wheel_cuda_majors", lambda: {12, 13})
     table = package_claims_table().set_index("id")
     assert table.loc["s000-content-filter", "verdict"] == "does not hold"
     assert table.loc["s001-pip-cuda", "verdict"] == "holds"
+    assert table.loc["s002-client-json", "verdict"] == "holds"

@@ -144,6 +144,65 @@ def counts_tokens(name: str) -> bool:
     return "usage" in text or any(isinstance(n, ast.AugAssign) for n in ast.walk(tree))
 
 
+def call_arguments(name: str, function: str) -> list[dict[str, object]]:
+    """Each module-level call of `function` in data/article_code/<name>: its arguments by the parameter names of the
+    script's own `def` (literal values only, as printed)."""
+    tree = ast.parse((CODE_DIR / name).read_text())
+    params = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function).args.args
+    calls = [
+        n.value
+        for n in tree.body
+        if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call) and getattr(n.value.func, "id", None) == function
+    ]
+    return [
+        {
+            **{p.arg: ast.literal_eval(a) for p, a in zip(params, c.args, strict=False)},
+            **{k.arg: ast.literal_eval(k.value) for k in c.keywords if k.arg},
+        }
+        for c in calls
+    ]
+
+
+def checks_status(name: str) -> bool:
+    """Whether the script looks at a reply's HTTP status anywhere (resp.status, raise_for_status, status_code)."""
+    return bool(re.search(r"\.status\b|raise_for_status|status_code", (CODE_DIR / name).read_text()))
+
+
+def _bench_switch_row() -> dict:
+    """Seed 001's "the script runs against local vLLM and TaoToken by changing base_url and api_key": what its own two
+    calls of bench() change."""
+    from .claims import row
+
+    calls = call_arguments("seed001_bench.txt", "bench")
+    changed = sorted({k for call in calls for k in call if any(other.get(k) != call[k] for other in calls)})
+    return row(
+        "s001-bench-switch",
+        ", ".join(changed),
+        f"what its {len(calls)} calls of bench() change",
+        set(changed) <= {"base_url", "api_key"} or None,
+        "read as printed: bench() takes the endpoint as arguments and nothing in it is tied to one server, but its own "
+        "calls change the model as well: the model id is the third thing to switch (each server names its models its "
+        "own way)",
+    )
+
+
+def _load_script_row() -> dict:
+    """Seed 002's aiohttp load script, "it prints throughput and TTFT percentiles at each concurrency", as printed."""
+    from .claims import row
+
+    checked = checks_status("seed002_load.txt")
+    return row(
+        "s002-load-script",
+        "checks each reply's status" if checked else "never checks a reply's status",
+        "",
+        True if checked else None,
+        "read as printed (its line breaks put back): against a server that answers, it prints throughput and TTFT P50 "
+        "and P99 at each concurrency. A refused request (401, 404) is counted as one with no TTFT and no tokens, and "
+        "when every request is refused statistics.median raises on the empty list; its 'tokens' are SSE lines (lab 02 "
+        "counts how far off that is), and its P99 of 50 requests is the slowest one",
+    )
+
+
 def _bench_row() -> dict:
     from .claims import row
 
@@ -253,4 +312,14 @@ def article_code_table() -> pd.DataFrame:
 
     version, flags = known_flags()  # the installed vLLM's, else vLLM 0.33.0's (data/vllm_serve_flags_0.33.0.txt)
     launches = [_launch_row(i, version, flags) for i in ("s001-launch-commands", "s002-launch-commands")]
-    return pd.DataFrame([launcher, concurrency, _bench_row(), *launches, _backend_flag_row(version, flags)])
+    return pd.DataFrame(
+        [
+            launcher,
+            concurrency,
+            _bench_row(),
+            _bench_switch_row(),
+            _load_script_row(),
+            *launches,
+            _backend_flag_row(version, flags),
+        ]
+    )

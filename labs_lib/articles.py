@@ -77,7 +77,10 @@ def unjudged() -> pd.DataFrame:
         for e in entries:
             if "unjudged" in e:
                 rows.setdefault((seed, e["unjudged"]), []).append(e["text"])
-    return pd.DataFrame([{"seed": seed, "statement": what, "quote": " … ".join(texts)} for (seed, what), texts in rows.items()])
+    return pd.DataFrame(
+        [{"seed": seed, "statement": what, "quote": " … ".join(texts)} for (seed, what), texts in rows.items()],
+        columns=["seed", "statement", "quote"],
+    )
 
 
 def lesson_ids(lab: str) -> list[str]:

@@ -937,20 +937,40 @@ def timing_article_checks(
     first_content_ms: float,
     tpots_ms: list[float] | None = None,
     remote: pd.DataFrame | None = None,
+    tokenizer=None,
 ) -> pd.DataFrame:
     """Lab 02's "check the article": each timing claim against this run's streams (the naive methods beside the
     harness, characters per token by language, TPOT by output length and by context, TTFT and TPOT over repeats, the
-    role chunk, and TaoToken's medians where its key was set: `remote`, one row per endpoint)."""
+    role chunk, and TaoToken's medians where its key was set: `remote`, one row per endpoint; `tokenizer`: text -> the
+    engine's token pieces)."""
     nt = naive_table.set_index("method")
     return pd.DataFrame(
         [
             *_counting_rows(nt, by_language, e2e_ms, role_ms, first_content_ms),
             *_steadiness_rows(by_output, by_prompt, ttfts_ms),
+            *_prefill_rows(by_prompt),
             _unstreamed_total_row(nt),
             _tps_steadier_row(ttfts_ms, tpots_ms),
             _short_output_tps_row(by_output),
             *_taotoken_rows(remote),
+            _token_split_row(tokenizer),
         ]
+    )
+
+
+def _token_split_row(tokenizer) -> dict:
+    """Seed 004's example split of 大模型推理 into 大 / 模型 / 推理, against the serving engine's own tokenizer."""
+    c = claim("s004-token-split")
+    if tokenizer is None:
+        return row("s004-token-split", "not measured", "", None, "needs the engine's tokenizer (lab 02's own server)")
+    pieces = list(tokenizer(c["text"]))
+    return row(
+        "s004-token-split",
+        " / ".join(pieces),
+        f"{len(pieces)} tokens, the engine's tokenizer",
+        pieces == c["value"] or None,
+        "each model splits by its own vocabulary, so the article's split is one tokenizer's: the serving engine's is "
+        "shown; lab 02's characters per token are the same tokenizer's, over whole paragraphs",
     )
 
 
@@ -977,6 +997,84 @@ def _taotoken_rows(remote: pd.DataFrame | None) -> list[dict]:
             ttft_ms < short["ttft_below_ms"] and short["tps"][0] <= tps < short["tps"][1],
             f"'a few hundred ms' read as under {short['ttft_below_ms']:,} ms, 'tens' as {short['tps'][0]}-{short['tps'][1] - 1} "
             f"tokens/s; {network}",
+        ),
+    ]
+
+
+PREFILL_CLAIMS = (
+    "s000-long-prompt-ttft",
+    "s000-decode-steady-long-prompt",
+    "s004-ttft-mostly-prefill",
+    "s003-local-ttft-pure-compute",
+    "s002-short-prompt-throughput",
+)
+
+
+def _prefill_rows(by_prompt: pd.DataFrame) -> list[dict]:
+    """The articles' prefill claims against lab 02's prompt-length sweep (one request at a time, fresh prompts): TTFT
+    and TPOT at the shortest and longest prompt, the share of TTFT the server spent on the prompt (llama.cpp's own
+    timings.prompt_ms), and each request's output tokens/s."""
+    needed = ["prompt_tokens", "max_tokens", "ttft_ms", "tpot_ms", "server_prompt_ms"]
+    rows = by_prompt.reindex(columns=needed).dropna(subset=needed[:4]).sort_values("prompt_tokens")
+    if len(rows) < 2:
+        why = "needs TTFT and TPOT at two prompt lengths (lab 02's prompt-length sweep)"
+        return [row(cid, "not measured", "", None, why) for cid in PREFILL_CLAIMS]
+    short, long = rows.iloc[0], rows.iloc[-1]
+    at = f"{int(short.prompt_tokens):,} and {int(long.prompt_tokens):,} prompt tokens"
+    ttft_growth, tpot_growth = long.ttft_ms / short.ttft_ms - 1, long.tpot_ms / short.tpot_ms - 1
+    marked = claim("s000-long-prompt-ttft")["marked_over"]
+    shares = (short.server_prompt_ms / short.ttft_ms, long.server_prompt_ms / long.ttft_ms)
+    timed = all(share == share for share in shares)  # NaN where the engine reports no prompt time (vLLM)
+    speed = [r.max_tokens * 1000 / (r.ttft_ms + (r.max_tokens - 1) * r.tpot_ms) for r in (short, long)]
+    inflated = speed[0] / speed[1] - 1
+    overhead_ms = short.ttft_ms - short.server_prompt_ms
+    return [
+        row(
+            "s000-long-prompt-ttft",
+            f"TTFT {short.ttft_ms:,.0f} -> {long.ttft_ms:,.0f} ms ({ttft_growth:+.0%})",
+            f"at {at}",
+            bool(ttft_growth >= marked),
+            f"'markedly' taken as {marked:.0%} or more: every prompt token is computed before the first output token. "
+            "On a GPU a small model's short prompts barely move TTFT (prefill is parallel); give longer prompts there",
+        ),
+        row(
+            "s000-decode-steady-long-prompt",
+            f"TPOT {short.tpot_ms:.1f} -> {long.tpot_ms:.1f} ms ({tpot_growth:+.0%})",
+            f"at {at}",
+            bool(abs(tpot_growth) <= TOLERANCE),
+            f"steady taken as within {TOLERANCE:.0%}: each decode step reads the whole cache, so TPOT grows with the "
+            "context, slowly while the weights dominate what a step reads (lab 03's roofline: the KV bytes per step)",
+        ),
+        row(
+            "s004-ttft-mostly-prefill",
+            f"{shares[0]:.0%} and {shares[1]:.0%} of TTFT" if timed else "not measured: the engine reports no prompt time",
+            f"the server's prompt time, at {at}",
+            (True if min(shares) >= 0.5 else None if max(shares) >= 0.5 else False) if timed else None,
+            "llama.cpp's timings.prompt_ms against the client's TTFT; the rest is HTTP, tokenizing, scheduling and the "
+            "first token's sampling, a fixed cost that a short prompt's TTFT is mostly made of"
+            if timed
+            else "needs an engine that reports its prompt time per request (llama.cpp's timings)",
+        ),
+        row(
+            "s003-local-ttft-pure-compute",
+            f"{overhead_ms:,.0f} ms of {short.ttft_ms:,.0f} ms ({overhead_ms / short.ttft_ms:.0%}) outside the prompt's "
+            "computation"
+            if timed
+            else "not measured: the engine reports no prompt time",
+            f"at {int(short.prompt_tokens):,} prompt tokens, local engine",
+            bool(overhead_ms <= TOLERANCE * short.ttft_ms) if timed else None,
+            f"'pure compute' taken as within {TOLERANCE:.0%}: a local TTFT also holds the HTTP round trip on localhost, "
+            "tokenizing and scheduling; a remote one adds the network and the provider's queue (lab 02's remote rows)"
+            if timed
+            else "needs an engine that reports its prompt time per request (llama.cpp's timings)",
+        ),
+        row(
+            "s002-short-prompt-throughput",
+            f"{speed[0]:.1f} against {speed[1]:.1f} tokens/s ({inflated:+.0%})",
+            f"output tokens/s per request at {at}, {int(short.max_tokens)} output tokens",
+            bool(inflated > TOLERANCE),
+            "a request's output tokens over its duration: the longer prompt's prefill is paid in the same duration, so a "
+            "benchmark of short prompts reports more output tokens/s than the same server gives real prompts",
         ),
     ]
 

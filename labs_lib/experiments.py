@@ -153,6 +153,7 @@ def prompt_length_sweep(
             {
                 "prompt_tokens_target": n,
                 "prompt_tokens": int(np.median([r.prompt_tokens for r in ok])) if ok else None,
+                "max_tokens": max_tokens,
                 "ttft_ms": float(np.median([r.ttft_ms for r in ok])) if ok else None,
                 # every decode step reads the whole cache: TPOT grows with the context, not only with the output
                 "tpot_ms": float(np.median([r.tpot_ms for r in ok if r.tpot_ms is not None]))

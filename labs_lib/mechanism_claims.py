@@ -14,7 +14,7 @@ from functools import cache
 import numpy as np
 import pandas as pd
 
-from . import claims, tiny_decoder
+from . import claims, scheduler, tiny_decoder
 from .kv_math import allocation_utilization, plan_capacity
 from .models import catalogue, load_model
 from .paging import BlockAllocator, ContiguousAllocator, Replay, replay
@@ -206,6 +206,41 @@ def _batching_rows() -> list[dict]:
                 )
             )
     return rows
+
+
+def worst_decode_gap_s(c: dict, token_budget: int) -> float:
+    """The longest step the running decodes wait through while a long prompt is prefilled, by lab 04's scheduler
+    (schedule_step: decodes first, then the prompt within the step's token budget) and a step cost calibrated from
+    one user's TTFT and TPOT (scheduler.StepCost)."""
+    cost = scheduler.StepCost.calibrated(c["tpot_ms"], c["ttft_ms"], c["calibration_prompt_tokens"])
+    decodes = [(rid, 1) for rid in range(c["decoding"])]
+    left, started, worst = c["prompt_tokens"], False, 0.0
+    while left:
+        prompt = [(-1, left)]
+        step = scheduler.schedule_step(
+            decodes + (prompt if started else []), [] if started else prompt, c["max_num_seqs"], token_budget
+        )
+        left -= dict(step).get(-1, 0)
+        started = started or -1 in dict(step)
+        worst = max(worst, cost.seconds(sum(n for _, n in step)))
+    return worst
+
+
+def _chunked_prefill_row() -> dict:
+    """Seed 002: chunked prefill splits a long prefill and schedules it with the decodes, so it does not block them."""
+    c = claims.claim("s002-chunked-prefill")
+    whole = worst_decode_gap_s(c, c["prompt_tokens"] + c["decoding"])
+    chunked = worst_decode_gap_s(c, c["token_budget"])
+    return claims.row(
+        "s002-chunked-prefill",
+        f"{1000 * whole:,.0f} ms whole, {1000 * chunked:,.0f} ms in chunks of {c['token_budget']}",
+        f"the longest wait between two tokens of {c['decoding']} running requests",
+        whole > c["blocks_over"] * chunked,
+        f"lab 04's scheduler with a {c['prompt_tokens']:,}-token prompt arriving: in one step, every running request "
+        f"waits for the whole prefill; in chunks, at most one chunk per step ('blocks' taken as over {c['blocks_over']}x "
+        f"the chunked wait). Step cost from lab 02's one-user TTFT {c['ttft_ms']} ms and TPOT {c['tpot_ms']} ms "
+        "(2-core CPU, llama.cpp); vLLM V1 chunks prefills by default (max_num_batched_tokens per step)",
+    )
 
 
 def _cached_decode_rows() -> list[dict]:
@@ -406,6 +441,7 @@ def mechanism_claims_table() -> pd.DataFrame:
             _continuous_needs_paging_row(),
             _block_table_row(),
             *_batching_rows(),
+            _chunked_prefill_row(),
             *_cached_decode_rows(),
             _order_row(),
             *_model_shape_rows(),

@@ -56,6 +56,13 @@ def sdk_client_arguments() -> set[str]:
     return set(inspect.signature(OpenAI.__init__).parameters) - {"self"}
 
 
+def sdk_timeout_s() -> dict[str, float | None]:
+    """The installed SDK's default timeout, by phase (httpx's: connect, read, write, pool), in seconds."""
+    from openai import DEFAULT_TIMEOUT
+
+    return {"connect": DEFAULT_TIMEOUT.connect, "read": DEFAULT_TIMEOUT.read}
+
+
 def wheel_cuda_majors() -> set[int]:
     """The CUDA major versions named by the requirements of PyPI's vLLM 0.33.0 wheel (its cuNN extras)."""
     lines = json.loads((DATA_DIR / "vllm_source_0.33.0.json").read_text())["requires_dist"]["lines"]
@@ -73,6 +80,7 @@ def package_claims_table() -> pd.DataFrame:
     config = json.loads((DATA_DIR / "client_configs" / "article_seed002_client.json").read_text())
     taken = sdk_client_arguments()
     unknown = [k for k in config if k not in taken]
+    timeout = sdk_timeout_s()
     return pd.DataFrame(
         [
             claims.row(
@@ -108,6 +116,18 @@ def package_claims_table() -> pd.DataFrame:
                 f"{sdk}'s OpenAI() signature: the model is named with each request (model=), and headers for every "
                 "request are default_headers (extra_headers is a per-request argument); nothing reads such a JSON file by "
                 "itself: a script must pass each key on. Its base_url lacks /v1 (lab 06 judges that URL)",
+            ),
+            claims.row(
+                "s004-stream-timeout",
+                f"{timeout['read']:.0f} s per read (connect {timeout['connect']:.0f} s)",
+                "the SDK's default timeout",
+                None if timeout["read"] else True,
+                f"{sdk}'s timeout is httpx's: it bounds each wait for the next bytes, not the whole reply. A stream that "
+                "keeps sending tokens does not time out however large max_tokens is; an unstreamed long reply waits for "
+                "its whole body in one read and can. A proxy that buffers the stream delivers it all at once at the end "
+                "(lab 06 section 3 shows what a proxy variable does to a request)"
+                if timeout["read"]
+                else f"{sdk} sets no read timeout: nothing times out on the client's side",
             ),
             claims.row(
                 "s001-pip-cuda",

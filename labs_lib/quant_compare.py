@@ -320,6 +320,7 @@ def quant_article_checks(
         checks += _int8_rows(w, reference, eval_tokens)
         checks += _four_bit_and_kv_rows(w, results)
         checks.append(smaller_weights_decode_row(w))
+        checks.append(quantized_prefill_row(w))
     checks.append(_fp8_kv_row(results))
     checks.append(_awq_half_row())
     return pd.DataFrame(checks)
@@ -345,6 +346,29 @@ def smaller_weights_decode_row(w: pd.DataFrame) -> dict:
         faster == len(ratios) or (None if faster else False),
         "decode reads every weight once per step, so fewer bytes mean less to read; the step also dequantizes, so "
         "TPOT falls less than the bytes do (lab 05 section 6, the decode roofline, puts them side by side)",
+    )
+
+
+def quantized_prefill_row(w: pd.DataFrame) -> dict:
+    """Seed 003's "quantization speeds prefill up little": each quantized variant's prefill speed (prompt tokens/s of
+    two uncached prompts) against F16's, beside its decode speed-up (F16's TPOT over its own)."""
+    from .claims import TOLERANCE, row
+
+    if "F16" not in w.index or len(w) < 2 or "prefill_tok_s" not in w:
+        return row("s003-quant-prefill-limited", "not measured", "", None, "needs F16 and a quantized variant's prefill speed")
+    others = w.drop(index="F16").sort_values("file_MiB")
+    prefill = others.prefill_tok_s / w.loc["F16", "prefill_tok_s"]
+    decode = w.loc["F16", "tpot_p50_ms"] / others.tpot_p50_ms
+    return row(
+        "s003-quant-prefill-limited",
+        "; ".join(f"{v} prefill {p:.2f}x, decode {d:.2f}x" for v, p, d in zip(others.index, prefill, decode, strict=True)),
+        "of F16's speed",
+        bool(prefill.max() <= 1 + TOLERANCE),
+        f"'limited' taken as within {TOLERANCE:.0%} of F16's prefill speed. Prefill is arithmetic on every prompt token "
+        "at once, so the bytes read are not what limits it; on this CPU llama.cpp's quantized kernels also do the "
+        "arithmetic in 8-bit integers, which is faster. On a GPU, weight-only formats (AWQ, GPTQ) dequantize to 16 bits "
+        "for the arithmetic, and a long prompt gains little (their kernels' speed-up shrinks as the batch of tokens "
+        "grows)",
     )
 
 

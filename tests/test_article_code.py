@@ -93,3 +93,26 @@ def test_the_articles_launcher_module_still_serves_and_warns_in_the_installed_vl
     source = (vllm_installed / "entrypoints" / "openai" / "api_server.py").read_text()
     main = source.split('if __name__ == "__main__":', 1)[1]
     assert "command is deprecated" in main and "main()" in main
+
+
+def test_seed_002s_load_script_is_the_articles_and_never_checks_a_status(monkeypatch, tmp_path):
+    seed = REPO.parent / "shared" / "seeds" / "002_383503d8c2e9eb2f.txt"
+    printed = (article_code.CODE_DIR / "seed002_load.txt").read_text()
+    if seed.exists():  # its line breaks and indentation put back, the same characters otherwise
+        assert re.sub(r"\s+", "", printed) in re.sub(r"\s+", "", seed.read_text())
+    assert article_code._load_script_row()["verdict"] == "depends"
+    (tmp_path / "seed002_load.txt").write_text(
+        printed.replace("    ) as resp:\n", "    ) as resp:\n        resp.raise_for_status()\n")
+    )
+    monkeypatch.setattr(article_code, "CODE_DIR", tmp_path)
+    assert article_code._load_script_row()["verdict"] == "holds"
+
+
+def test_seed_001s_two_bench_calls_change_the_model_too(monkeypatch, tmp_path):
+    assert article_code.call_arguments("seed001_bench.txt", "bench")[0]["base_url"] == "http://localhost:8000/v1"
+    row = article_code._bench_switch_row()
+    assert row["computed"] == "api_key, base_url, model" and row["verdict"] == "depends"
+    same_model = (article_code.CODE_DIR / "seed001_bench.txt").read_text().replace('"你选的模型ID"', '"Qwen/Qwen2.5-7B-Instruct"')
+    (tmp_path / "seed001_bench.txt").write_text(same_model)
+    monkeypatch.setattr(article_code, "CODE_DIR", tmp_path)
+    assert article_code._bench_switch_row()["verdict"] == "holds"

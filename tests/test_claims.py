@@ -38,6 +38,7 @@ MEASURED_TABLES = {
     "timing_article_checks": REPO / "labs_lib" / "claims.py",
     "quant_article_checks": REPO / "labs_lib" / "quant_compare.py",
     "connection_article_checks": REPO / "labs_lib" / "doctor" / "troubleshoot.py",
+    "gateway_article_checks": REPO / "labs_lib" / "doctor" / "gateway_checks.py",
 }
 ARTICLE_CODE = REPO / "labs_lib" / "article_code.py"
 
@@ -795,3 +796,57 @@ def test_smaller_weights_are_judged_by_the_tpot_each_variant_measured():
     assert smaller_weights_decode_row(weights(27.0, 36.0))["verdict"] == "depends"  # one of two faster: "often"
     assert smaller_weights_decode_row(weights(35.0, 36.0))["verdict"] == "does not hold"
     assert smaller_weights_decode_row(weights(27.0, 24.3).drop(index="F16"))["verdict"] == "cannot be checked here"
+
+
+def test_prefill_claims_follow_the_prompt_length_sweep():
+    """Lab 02's prefill claims from its prompt-length sweep: each verdict moves with the figure it reads."""
+    import pandas as pd
+
+    from labs_lib.claims import PREFILL_CLAIMS, _prefill_rows
+
+    def sweep(long_ttft=330.0, long_tpot=24.5, prompt_ms=(95.0, 300.0)):
+        rows = [(41, 8, 120.0, 25.3, prompt_ms[0]), (137, 8, long_ttft, long_tpot, prompt_ms[1])]
+        return pd.DataFrame(rows, columns=["prompt_tokens", "max_tokens", "ttft_ms", "tpot_ms", "server_prompt_ms"])
+
+    def verdicts(by_prompt):
+        return {r["id"]: r["verdict"] for r in _prefill_rows(by_prompt)}
+
+    assert verdicts(sweep()) == {
+        "s000-long-prompt-ttft": "holds",  # +175%
+        "s000-decode-steady-long-prompt": "holds",  # -3%
+        "s004-ttft-mostly-prefill": "holds",  # 79% and 91%
+        "s003-local-ttft-pure-compute": "does not hold",  # 25 ms of 120 outside the prompt
+        "s002-short-prompt-throughput": "holds",  # 26.9 against 16.0 tokens/s
+    }
+    flat = verdicts(sweep(long_ttft=125.0, prompt_ms=(40.0, 45.0)))
+    assert flat["s000-long-prompt-ttft"] == flat["s002-short-prompt-throughput"] == "does not hold"
+    assert flat["s004-ttft-mostly-prefill"] == "does not hold"
+    assert verdicts(sweep(long_tpot=30.0))["s000-decode-steady-long-prompt"] == "does not hold"
+    assert verdicts(sweep(prompt_ms=(40.0, 300.0)))["s004-ttft-mostly-prefill"] == "depends"  # short prompts: fixed costs
+    untimed = verdicts(sweep(prompt_ms=(float("nan"), float("nan"))))
+    assert untimed["s004-ttft-mostly-prefill"] == untimed["s003-local-ttft-pure-compute"] == "cannot be checked here"
+    assert set(verdicts(sweep().iloc[:1]).values()) == {"cannot be checked here"}
+    assert set(verdicts(sweep())) == set(PREFILL_CLAIMS)
+
+
+def test_quantized_prefill_is_judged_against_f16s():
+    import pandas as pd
+
+    from labs_lib.quant_compare import quantized_prefill_row
+
+    def weights(q8_prefill: float) -> pd.DataFrame:
+        rows = [("F16", 517.7, 32.4, 317.3), ("Q8_0", 278.0, 25.1, q8_prefill)]
+        return pd.DataFrame(rows, columns=["variant", "file_MiB", "tpot_p50_ms", "prefill_tok_s"]).set_index("variant")
+
+    assert quantized_prefill_row(weights(454.4))["verdict"] == "does not hold"  # 1.43x: this CPU's int8 kernels
+    assert quantized_prefill_row(weights(330.0))["verdict"] == "holds"
+    assert quantized_prefill_row(weights(330.0).drop(index="F16"))["verdict"] == "cannot be checked here"
+
+
+def test_the_token_split_is_the_engines_own():
+    from labs_lib.claims import _token_split_row
+
+    assert _token_split_row(lambda text: ["大", "模型", "推理"])["verdict"] == "holds"
+    other = _token_split_row(lambda text: ["大模型", "推理"])
+    assert other["verdict"] == "depends" and other["computed"] == "大模型 / 推理"
+    assert _token_split_row(None)["verdict"] == "cannot be checked here"

@@ -235,12 +235,14 @@ def test_doctor_bad_usage_exits_2(args, needle):
         ("auth.json", "format"),  # base_url in Codex's auth.json
         ("article_seed002_client.json", "key"),  # placeholder key
         ("article_seed003_provider.toml", "key"),
+        ("article_seed003_client.json", "key"),
+        ("article_seed003_vscode_settings.json", "format"),  # no tool's format the doctor knows
     ],
 )
 def test_article_configs_fail_the_three_piece_check(name, failing):
     report = check_config(DATA_DIR / "client_configs" / name)
     assert not report.ok and report.first_failure.name == failing
-    if name.startswith("article_seed00") and name.endswith((".json", ".toml")) and "claude" not in name:
+    if name.startswith("article_seed00") and name.endswith((".json", ".toml")) and not ("claude" in name or "vscode" in name):
         assert next(c for c in report.checks if c.name == "base URL").status == "warn"  # no /v1
 
 
@@ -446,3 +448,43 @@ def test_lab06s_snippets_fail_as_written_and_work_fixed(monkeypatch, capsys):
         assert f"{name}: works: the reply is" in capsys.readouterr().out
     finally:
         namespace["stack"].close()
+
+
+def test_the_articles_gateway_requests_are_judged_on_what_a_server_answers(engine):
+    """The requests seed 000 and 001 make of TaoToken, sent to the embedded engine (its root standing for
+    https://taotoken.net): the verdicts follow what it answered, and the key never shows in what comes back."""
+    from labs_lib.doctor.gateway_checks import GATEWAY_CLAIMS, gateway_answers, gateway_rows
+
+    answers = gateway_answers(engine.root_url, KEY, "gemma-3-270m")
+    assert KEY not in repr(answers)
+    assert answers["no /api"].status == 200 and answers["no /api"].has_choices  # llama.cpp serves /v1/chat/completions
+    assert answers["documented"].status == 404 and not answers["documented"].has_choices  # it has no /api prefix
+    v = {r["id"]: r["verdict"] for r in gateway_rows(answers, "the embedded llama.cpp")}
+    assert v["s000-no-api-404"] == "does not hold" and v["s000-curl-answers"] == "does not hold"
+    assert v["s001-no-v1-404"] == ("holds" if answers["no /v1"].status == 404 else "does not hold")
+    assert {r["verdict"] for r in gateway_rows(None)} == {"cannot be checked here"}
+    assert [r["id"] for r in gateway_rows(None)] == list(GATEWAY_CLAIMS)
+
+
+def test_every_401_cause_lab06_reproduces_is_a_401(engine):
+    from labs_lib.doctor.gateway_checks import local_rows
+    from labs_lib.doctor.troubleshoot import attempt
+
+    c = client(engine)
+    seen = {
+        o.what: o
+        for o in (
+            attempt("wrong key", lambda: chat(client(engine, api_key="sk-wrong-0"))),
+            attempt("no key sent", lambda: chat(c, extra_headers={"Authorization": openai.omit})),
+            attempt("key without Bearer", lambda: chat(c, extra_headers={"Authorization": KEY})),
+        )
+    }
+    assert seen["wrong key"].status == seen["no key sent"].status == 401
+    assert seen["key without Bearer"].ok  # llama.cpp takes the bare key; vLLM's middleware would not
+    bodies = json.loads((DATA_DIR / "vllm_errors_0.33.0.json").read_text())
+    rows = {r["id"]: r for r in local_rows(seen, None, bodies)}
+    assert rows["s000-401-causes"]["verdict"] == "depends"
+    assert rows["s002-served-model-name"]["verdict"] == "holds" and "recorded" in rows["s002-served-model-name"]["unit"]
+    seen.pop("key without Bearer")  # the two causes this server refuses: each a 401
+    assert local_rows(seen, None, bodies)[0]["verdict"] == "holds"
+    assert local_rows({}, None, bodies)[0]["verdict"] == "cannot be checked here"

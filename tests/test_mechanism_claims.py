@@ -160,3 +160,19 @@ def test_sdk_types_and_the_wheel_decide_their_claims(monkeypatch):
     assert table.loc["s000-content-filter", "verdict"] == "does not hold"
     assert table.loc["s001-pip-cuda", "verdict"] == "holds"
     assert table.loc["s002-client-json", "verdict"] == "holds"
+
+
+def test_chunking_shortens_the_wait_only_when_the_budget_is_below_the_prompt(monkeypatch):
+    row = _judged(mechanism_claims_table, "s002-chunked-prefill")
+    assert row["verdict"] == "holds"
+    # a budget as large as the prompt runs it in one step: nothing is chunked
+    assert _judged(mechanism_claims_table, "s002-chunked-prefill", monkeypatch, token_budget=8192)["verdict"] == "does not hold"
+
+
+def test_seed_003s_configurations_are_judged_by_the_doctors_check(monkeypatch):
+    from labs_lib.doctor import gateway_checks
+
+    row = gateway_checks.seed003_configs_row()
+    assert row["verdict"] == "does not hold" and "vscode_settings.json: format" in row["computed"]
+    monkeypatch.setattr(gateway_checks, "SEED003_CONFIGS", ("documented_openai_client.json",))
+    assert gateway_checks.seed003_configs_row()["verdict"] == "holds"  # its key aside, the documented form passes

@@ -139,6 +139,16 @@ def _openai_style(data: dict, path: Path) -> list[Check]:
         )
     )
     data = flat
+    if not any(k in data for ks in OPENAI_KEYS.values() for k in ks):
+        return [
+            Check(
+                "format",
+                "fail",
+                f"{path.name}: keys {sorted(data)[:6]}",
+                "no format the doctor knows: not an OpenAI-SDK, Claude Code or Codex configuration",
+                "check it against the documentation of the tool that reads it",
+            )
+        ]
     return [
         Check("format", "ok", f"{path.name}: OpenAI-SDK style (base_url / api_key / model)"),
         _url_check("base URL", pick("base_url"), want_v1=True, appends="/chat/completions"),

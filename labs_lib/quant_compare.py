@@ -404,20 +404,23 @@ def _int8_rows(w: pd.DataFrame, reference: str, eval_tokens: int) -> list[dict]:
 
 def _four_bit_and_kv_rows(w: pd.DataFrame, results: pd.DataFrame) -> list[dict]:
     """4-bit AWQ's size (computed) beside this CPU's 4-bit formats, and the 8-bit KV cache's bytes."""
-    from .claims import awq_memory, row
+    from .claims import TOLERANCE, awq_memory, claim, row
 
     checks = []
     ppl_up = {v: (w.loc[v, "perplexity_ratio"], w.loc[v, "bits_per_weight"]) for v in ("Q4_0", "Q4_0-PURE") if v in w.index}
     awq4 = awq_memory()
+    share = awq4["awq_weight_bytes"] / awq4["fp16_weight_bytes"]
+    quarter = abs(100 * share / claim("s003-awq-quarter")["value"][0] - 1) <= TOLERANCE
     checks.append(
         row(
             "s003-awq-quarter",
             f"weights {awq4['awq_weight_bytes'] / awq4['fp16_weight_bytes']:.0%} of fp16 ({awq4['bits_per_weight']:.2f} bits "
             f"per quantized weight, {awq4['model']}); quality: not testable here",
             "size (computed) / quality",
-            None,
-            "size: about a quarter for the quantized layers (4 bits + group scales and zeros), more for the model, whose "
-            "embedding and LM head stay 16-bit; quality: not testable here, because no AWQ checkpoint reaches these machines "
+            None if quarter else False,
+            f"size: {awq4['bits_per_weight'] / 16:.0%} for the quantized layers (4 bits + group scales and zeros), "
+            f"{share:.0%} for the model, whose embedding and LM head stay 16-bit: "
+            f"{'about' if quarter else 'more than'} a quarter (read as 25% within 10%); quality: not testable here, because no AWQ checkpoint reaches these machines "
             "(they reach PyPI only; vLLM's x86 CPU backend would run one) and a 0.5-1% accuracy loss is a task score, not a "
             "perplexity. The nearest 4-bit formats on this CPU, against Q4_K_M: "
             + ", ".join(f"{v} ({b:.1f} bits/weight) perplexity x{r:.3f}" for v, (r, b) in ppl_up.items())
@@ -459,7 +462,7 @@ def _fp8_kv_row(results: pd.DataFrame) -> dict:
 
 def _awq_half_row() -> dict:
     """Seed 001's "AWQ/GPTQ saves more than half": the weights do, vLLM's reserved memory does not (computed)."""
-    from .claims import awq_memory, row
+    from .claims import awq_memory, by_model, claim, row
     from .kv_math import GIB
 
     awq = awq_memory()  # computed, not measured: no AWQ checkpoint can be downloaded here
@@ -468,7 +471,11 @@ def _awq_half_row() -> dict:
         f"weights -{awq['weight_saving']:.0%} ({awq['fp16_weight_bytes'] / GIB:.1f} -> {awq['awq_weight_bytes'] / GIB:.1f} GiB, "
         f"{awq['bits_per_weight']:.2f} bits/weight); vLLM still takes {awq['vllm_reserved_bytes'] / GIB:.1f} GiB",
         f"{awq['model']} on {awq['gpu']}",
-        None,
+        by_model(
+            (100 * awq["weight_saving"] > claim("s001-awq-half")["value"])
+            + (awq["awq_reserved_bytes"] < awq["vllm_reserved_bytes"] / 2),
+            2,
+        ),
         f"the weights shrink by more than half, the GPU memory vLLM uses does not: it reserves total x utilization either way "
         f"and the saving becomes KV pool ({awq['kv_pool_bytes_fp16'] / GIB:.1f} -> {awq['kv_pool_bytes_awq'] / GIB:.1f} GiB: "
         f"{awq['max_concurrency_fp16']:.1f} -> {awq['max_concurrency_awq']:.1f} sequences of 4,096 tokens)",

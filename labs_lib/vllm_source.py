@@ -35,6 +35,8 @@ CACHE_CONFIG_PY = "vllm/config/cache.py"
 # the start-up KV check moved out of kv_cache_utils.py in 0.33
 KV_CHECK_PY = ("vllm/v1/core/kv_cache_planning.py", KV_CACHE_UTILS_PY)
 FLASHMLA_PY = "vllm/v1/attention/backends/mla/flashmla.py"
+STATS_LOGGER_PY = "vllm/v1/metrics/loggers.py"
+MODEL_CONFIG_PY = "vllm/config/model.py"
 PARALLEL_CONFIG_PY = "vllm/config/parallel.py"
 # NVIDIA compute capabilities, by the cards that carry them (what vLLM's backend choice branches on)
 CARDS: dict[str, tuple[int, int]] = {"A100": (8, 0), "L4 / RTX 4090": (8, 9), "H100 / H200": (9, 0), "B200": (10, 0)}
@@ -183,6 +185,49 @@ def hashes_full_blocks_only(source: VllmSource) -> bool:
     block the request's tokens do not fill."""
     text = source.read(KV_CACHE_UTILS_PY)
     return bool(re.search(r"if end_token_idx > num_tokens:\s*# We only hash full blocks\s*break", text))
+
+
+def logs_prefix_hit_rate(source: VllmSource) -> bool:
+    """Whether the running server's periodic stats line (LoggingStatLogger) carries the prefix-cache hit rate."""
+    return "Prefix cache hit rate" in source.read(STATS_LOGGER_PY)
+
+
+def reads_quant_method(source: VllmSource) -> bool:
+    """Whether vLLM takes the quantization method from the checkpoint's own config (quant_method), with no flag."""
+    return 'quant_cfg["quant_method"]' in source.read(MODEL_CONFIG_PY)
+
+
+def _log_and_flag_rows() -> list[dict]:
+    """Seed 001's "the start-up log shows the prefix-cache hit rate" and "AWQ weights need --quantization awq"."""
+    source = vllm_source()
+    at_start = "hit rate" in kv_size_log_line(source)
+    serving = logs_prefix_hit_rate(source)
+    reads = reads_quant_method(source)
+    return [
+        claims.row(
+            "s001-hit-rate-in-startup-log",
+            f"start-up line: {'with' if at_start else 'no'} hit rate; serving stats line: "
+            + ("'Prefix cache hit rate: X%'" if serving else "none"),
+            "",
+            True if at_start else (None if serving else False),
+            f"two readings, in {source.version}: what vLLM prints while it starts holds no hit rate (nothing has been "
+            f"asked yet: {KV_CACHE_UTILS_PY}); the running server's periodic stats line ({STATS_LOGGER_PY}, every "
+            "VLLM_LOG_STATS_INTERVAL, 10 s) does once caching has seen queries; /metrics counts "
+            "vllm:prefix_cache_queries and _hits (lab 04 reads them)",
+        ),
+        claims.row(
+            "s001-awq-needs-flag",
+            "read from the checkpoint" if reads else "only from --quantization",
+            f"where {source.version} takes the method",
+            None if reads else True,
+            f"{source.version} reads quant_method from the checkpoint's config ({MODEL_CONFIG_PY}), so the flag changes "
+            "nothing and one naming another method is refused; vLLM 0.2.0 and 0.2.1 took it only from --quantization "
+            "(ModelConfig._verify_quantization in their vllm/config.py; 0.2.2, November 2023, reads the checkpoint): "
+            "needed or not depends on the version"
+            if reads
+            else f"{source.version} takes the method only from --quantization",
+        ),
+    ]
 
 
 def _awq_bits_row() -> dict:
@@ -336,4 +381,6 @@ def _advice_rows() -> list[dict]:
 
 def source_claims_table() -> pd.DataFrame:
     """The articles' claims judged by running or reading vLLM's source (vllm_source())."""
-    return pd.DataFrame([_awq_bits_row(), _default_backend_row(), *_server_rows(), *_engine_config_rows(), *_advice_rows()])
+    return pd.DataFrame(
+        [_awq_bits_row(), _default_backend_row(), *_server_rows(), *_engine_config_rows(), *_advice_rows(), *_log_and_flag_rows()]
+    )

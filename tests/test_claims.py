@@ -283,11 +283,20 @@ def test_the_int8_verdict_needs_the_memory_near_40_percent_and_a_lower_tpot(held
     assert ("within" in judged["why"]) is (0.36 < held < 0.45) and ("TPOT lower:" in judged["why"]) is (tpot_q8_ms < 10.0)
 
 
-def test_the_awq_flag_and_the_startup_log_are_judged_under_both_readings():
-    table = vllm_claims_table().set_index("id")
+def test_the_awq_flag_and_the_startup_log_are_judged_under_both_readings(monkeypatch):
+    """Read in vLLM's source: the method comes from the checkpoint (the flag mattered only in 0.2.0-0.2.1), and the
+    hit rate is in the serving stats line, not the start-up line; a source without either flips the verdict."""
+    import labs_lib.vllm_source as vs
+
+    table = source_claims_table().set_index("id")
     awq, log = table.loc["s001-awq-needs-flag"], table.loc["s001-hit-rate-in-startup-log"]
     assert awq["verdict"] == "depends" and "0.2.2" in awq["why"] and "0.2.1" in awq["why"]
-    assert log["verdict"] == "depends" and "while it starts" in log["why"] and "Prefix cache hit rate" in log["why"]
+    assert log["verdict"] == "depends" and "while it starts" in log["why"] and "Prefix cache hit rate" in log["computed"]
+    monkeypatch.setattr(vs, "reads_quant_method", lambda source: False)
+    monkeypatch.setattr(vs, "logs_prefix_hit_rate", lambda source: False)
+    table = source_claims_table().set_index("id")
+    assert table.loc["s001-awq-needs-flag", "verdict"] == "holds"
+    assert table.loc["s001-hit-rate-in-startup-log", "verdict"] == "does not hold"
 
 
 @pytest.mark.parametrize(
@@ -407,7 +416,12 @@ def _timing_checks(
         }
     )
     by_language = pd.DataFrame(
-        {"language": ["zh"], "text": ["a Chinese text"], "len/1.5 error_%": [3.0], "chars_per_token": [1.55]}
+        {
+            "language": ["zh", "en"],
+            "text": ["a Chinese text", "an English text"],
+            "len/1.5 error_%": [3.0, 125.0],
+            "chars_per_token": [1.55, 3.38],
+        }
     )
     by_output = pd.DataFrame({"max_tokens": [64, 128, 256], "tpot_ms": list(tpots)})
     by_prompt = pd.DataFrame({"prompt_tokens": [16, 1024], "tpot_ms": [20.0, 23.0]})
@@ -435,7 +449,7 @@ def test_lab02_verdicts_follow_the_run():
     assert close["s000-tps-flat"] == "depends" and far["s000-tps-flat"] == "does not hold"
     assert close["s000-ttft-jitter"] == "holds" and far["s000-ttft-jitter"] == "does not hold"
     assert close["s004-timer-tpot"] == "holds" and far["s004-timer-tpot"] == "does not hold"
-    assert close["s000-len-over-1.5"] == "depends"  # language- and tokenizer-dependent, whatever this text gave
+    assert close["s000-len-over-1.5"] == "depends"  # near for the Chinese text, far for the English one
 
 
 def test_lab05_verdicts_follow_the_run():
@@ -850,3 +864,45 @@ def test_the_token_split_is_the_engines_own():
     other = _token_split_row(lambda text: ["大模型", "推理"])
     assert other["verdict"] == "depends" and other["computed"] == "大模型 / 推理"
     assert _token_split_row(None)["verdict"] == "cannot be checked here"
+
+
+def test_verdicts_on_a_class_of_models_or_parts_follow_each_member(monkeypatch):
+    """Seed 004's 7B sizes, seed 002's max_num_seqs rule, seed 004's utilization curve, and AWQ's half and quarter:
+    each verdict is computed from its parts, so moving an input moves it."""
+    from labs_lib.quant_compare import _awq_half_row
+
+    per_1k = _judged(kv_claims_table, "s004-7b-per-1k")
+    assert per_1k["verdict"] == "depends" and "Llama-2-7B" in per_1k["why"]  # MHA only
+    assert _judged(kv_claims_table, "s004-7b-per-1k", monkeypatch, range=[50, 1000])["verdict"] == "holds"
+    assert _judged(kv_claims_table, "s004-7b-32k", monkeypatch, range=[30, 40])["verdict"] == "does not hold"
+    assert _judged(vllm_claims_table, "s002-max-num-seqs-rule")["verdict"] == "depends"  # chat-like requests: many more
+    assert _judged(vllm_claims_table, "s004-util-tpot-curve")["verdict"] == "depends"
+    # a batch that every fraction holds: TPOT is flat, and the curve shows nothing
+    assert _judged(vllm_claims_table, "s004-util-tpot-curve", monkeypatch, batch=1)["verdict"] == "does not hold"
+    assert _awq_half_row()["verdict"] == "depends"  # the weights halve, vLLM's reservation does not
+    monkeypatch.setattr(
+        "labs_lib.claims.claim", lambda i: {**original_claim(i), "value": 90} if i == "s001-awq-half" else original_claim(i)
+    )
+    assert _awq_half_row()["verdict"] == "does not hold"
+
+
+def test_no_verdict_is_a_literal_in_code():
+    """Every claims.row() call computes its verdict (the fourth argument) from what it measured or read; a literal is
+    allowed only where the row says nothing was measured (computed "not measured", "not testable here", …)."""
+    import ast
+
+    from labs_lib.claims import NOT_HERE_PREFIXES
+
+    fixed = []
+    for path in (REPO / "labs_lib").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            is_row = isinstance(node, ast.Call) and (
+                getattr(node.func, "id", None) == "row" or getattr(node.func, "attr", None) == "row"
+            )
+            if is_row and len(node.args) >= 4 and isinstance(node.args[3], ast.Constant):
+                # every value the computed argument can take (a conditional's two) says nothing was measured
+                computed = node.args[1]
+                values = [computed.body, computed.orelse] if isinstance(computed, ast.IfExp) else [computed]
+                if not all(isinstance(v, ast.Constant) and str(v.value).startswith(NOT_HERE_PREFIXES) for v in values):
+                    fixed.append(f"{path.name}:{node.lineno}")
+    assert not fixed, fixed

@@ -461,6 +461,18 @@ def test_the_articles_prefix_saving_reads_the_caching_on_row_whatever_order_the_
     table = article_checks(None, batching, 0.5, hits, "vllm", "vllm_cpu")
     saving = table[table["claim"].str.contains("prefix", case=False) & table["computed"].astype(str).str.contains("served")]
     assert list(saving["computed"]) == ["70% of prompt tokens served from the cache"], table[["claim", "computed"]]
+    v = table.set_index("id")["verdict"]
+    assert v["s002-prefix-saving"] == "depends"  # more than the article's 30-50%: the workload's shared share sets it
+    assert v["s002-conc32-throughput"] == "depends"  # 3x, not the article's 4x: batching helps, by a machine's factor
+    batching.loc[1, "summary.output_throughput"] = 40.0
+    hits.loc[0, "hit rate"] = 0.4
+    v = article_checks(None, batching, 0.5, hits, "vllm", "vllm_cpu").set_index("id")["verdict"]
+    assert v["s002-prefix-saving"] == "holds" and v["s002-conc32-throughput"] == "holds"
+    batching.loc[1, "summary.output_throughput"] = 10.0
+    assert (
+        article_checks(None, batching, 0.5, hits, "vllm", "vllm_cpu").set_index("id").loc["s002-conc32-throughput", "verdict"]
+        == "does not hold"
+    )
 
 
 def test_a_multi_turn_workload_is_validated_and_keeps_older_point_ids():

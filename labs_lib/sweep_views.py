@@ -64,6 +64,27 @@ def load_table(df: pd.DataFrame | None) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
+def kv_bytes_share(kv_dtype: pd.DataFrame | None) -> tuple[str, float] | None:
+    """The smallest KV dtype of a kv_dtype sweep and its bytes per token as a share of the 16-bit cache's, from what
+    each configuration allocated: llama.cpp's logged KV MiB for the same context, or the tokens vLLM's same pool
+    held. None where the sweep did not run both."""
+    ok = load_ok(kv_dtype)
+    if ok.empty or "config.kv_cache_dtype" not in ok:
+        return None
+    by = ok.groupby("config.kv_cache_dtype").first()
+    full = next((d for d in ("f16", "bf16", "auto") if d in by.index), None)
+    if full is None or len(by) < 2:
+        return None
+    if "allocation.kv_mib" in by and by["allocation.kv_mib"].notna().all():
+        shares = by["allocation.kv_mib"] / by.loc[full, "allocation.kv_mib"]
+    elif "allocation.kv_cache_tokens" in by and by["allocation.kv_cache_tokens"].notna().all():
+        shares = by.loc[full, "allocation.kv_cache_tokens"] / by["allocation.kv_cache_tokens"]
+    else:
+        return None
+    smallest = shares.drop(index=full).idxmin()
+    return str(smallest), float(shares[smallest])
+
+
 def energy_note(runs: dict[str, pd.DataFrame | None]) -> str:
     """One line: where the sweeps' tokens per joule (load_table's "tok/J": output tokens over the joules the machine's
     energy counter counted during the load) come from, or why there are none."""

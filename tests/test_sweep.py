@@ -611,3 +611,22 @@ def test_a_participants_experiment_replaces_the_grids_knob_load_and_slo():
     for experiment, needle in bad:
         with pytest.raises(BadInput, match=re.escape(needle)):
             own.yours(experiment, lab_slo)
+
+
+def test_the_kv_dtype_share_reads_what_each_engine_allocated():
+    """Lab 04 section 5's takeaway: the smallest KV dtype's bytes per token over the 16-bit cache's, from llama.cpp's
+    logged MiB (same context) or from the tokens vLLM's same pool held."""
+    import pandas as pd
+
+    from labs_lib.sweep_views import kv_bytes_share
+
+    llama = pd.DataFrame(
+        {"status": ["ok"] * 3, "config.kv_cache_dtype": ["f16", "q8_0", "q4_0"], "allocation.kv_mib": [36.0, 19.1, 10.1]}
+    )
+    dtype, share = kv_bytes_share(llama)
+    assert dtype == "q4_0" and share == pytest.approx(10.1 / 36.0)
+    vllm = pd.DataFrame(
+        {"status": ["ok"] * 2, "config.kv_cache_dtype": ["auto", "fp8"], "allocation.kv_cache_tokens": [4096, 8192]}
+    )
+    assert kv_bytes_share(vllm) == ("fp8", 0.5)
+    assert kv_bytes_share(vllm.iloc[:1]) is None and kv_bytes_share(None) is None

@@ -1014,7 +1014,9 @@ def _prefill_rows(by_prompt: pd.DataFrame) -> list[dict]:
     and TPOT at the shortest and longest prompt, the share of TTFT the server spent on the prompt (llama.cpp's own
     timings.prompt_ms), and each request's output tokens/s."""
     needed = ["prompt_tokens", "max_tokens", "ttft_ms", "tpot_ms", "server_prompt_ms"]
-    rows = by_prompt.reindex(columns=needed).dropna(subset=needed[:4]).sort_values("prompt_tokens")
+    # vLLM reports no prompt time: its column holds None, read as NaN
+    rows = by_prompt.reindex(columns=needed).apply(pd.to_numeric, errors="coerce").dropna(subset=needed[:4])
+    rows = rows.sort_values("prompt_tokens")
     if len(rows) < 2:
         why = "needs TTFT and TPOT at two prompt lengths (lab 02's prompt-length sweep)"
         return [row(cid, "not measured", "", None, why) for cid in PREFILL_CLAIMS]

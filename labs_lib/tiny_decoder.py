@@ -39,14 +39,19 @@ def tokens(n_tokens: int, d_model: int, seed: int = 1, scale: float = 1.0) -> np
     return (np.random.default_rng(seed).standard_normal((n_tokens, d_model)) * scale).astype(np.float32)
 
 
-def causal_attention(x: np.ndarray, head: TinyHead) -> np.ndarray:
-    """Every position's output at once, each query attending to its own and earlier keys: what decoding token by
-    token must reproduce."""
+def attention(x: np.ndarray, head: TinyHead, *, causal: bool = True) -> np.ndarray:
+    """Every position's output at once: each query attends to its own and earlier keys (causal), or to all of them."""
     q, k, v = x @ head.wq, x @ head.wk, x @ head.wv
     scores = q @ k.T / math.sqrt(x.shape[1])
-    scores[np.triu_indices(len(x), 1)] = -np.inf
+    if causal:
+        scores[np.triu_indices(len(x), 1)] = -np.inf
     weights = np.exp(scores - scores.max(axis=1, keepdims=True))
     return (weights / weights.sum(axis=1, keepdims=True)) @ v
+
+
+def causal_attention(x: np.ndarray, head: TinyHead) -> np.ndarray:
+    """Causal attention over the whole sequence: what decoding token by token must reproduce."""
+    return attention(x, head)
 
 
 def new_cache(max_tokens: int, d_model: int) -> Cache:

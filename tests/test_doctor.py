@@ -453,10 +453,12 @@ def test_lab06s_snippets_fail_as_written_and_work_fixed(monkeypatch, capsys):
 def test_the_articles_gateway_requests_are_judged_on_what_a_server_answers(engine):
     """The requests seed 000 and 001 make of TaoToken, sent to the embedded engine (its root standing for
     https://taotoken.net): the verdicts follow what it answered, and the key never shows in what comes back."""
-    from labs_lib.doctor.gateway_checks import GATEWAY_CLAIMS, gateway_answers, gateway_rows
+    from labs_lib.doctor.gateway_checks import GATEWAY_CLAIMS, answers_table, gateway_answers, gateway_rows
 
     answers = gateway_answers(engine.root_url, KEY, "gemma-3-270m")
     assert KEY not in repr(answers)
+    shown = answers_table(answers)  # what lab 06 displays of TaoToken's answers, here the engine's
+    assert list(shown["request"]) == list(answers) and list(shown["status"]) == [a.status for a in answers.values()]
     assert answers["no /api"].status == 200 and answers["no /api"].has_choices  # llama.cpp serves /v1/chat/completions
     assert answers["documented"].status == 404 and not answers["documented"].has_choices  # it has no /api prefix
     v = {r["id"]: r["verdict"] for r in gateway_rows(answers, "the embedded llama.cpp")}

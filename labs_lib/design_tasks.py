@@ -259,7 +259,7 @@ def check_capacity_design(
     if design is None:
         print(
             f"Design: not answered yet: {task}. Set design = {{'gpu': ..., 'kv_dtype': ..., 'max_num_seqs': ...}}. "
-            "Hint: the pool is what the weights leave (section 9); fp8 halves the cache and costs the KL in kv_dtype_costs()."
+            "Hint: the pool is what the weights leave (section 6); fp8 halves the cache and costs the KL in kv_dtype_costs()."
         )
         return None
     table = capacity_designs(model, users=users, seq_len=seq_len, gpu_memory_utilization=gpu_memory_utilization)

@@ -405,3 +405,35 @@ def kv_pool_figure(pool):
     ax.legend()
     ax.grid(alpha=0.3)
     return fig
+
+
+def batching_figure(table):
+    """Lab 04 section 2: output tokens/s and TTFT (p50, p99) against concurrency, a line per configuration
+    (sweep_views.load_table's columns)."""
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.6))
+    for name, g in table.groupby("config"):
+        a.plot(g["concurrency"], g["tok/s"], marker="o", label=name)
+        b.plot(g["concurrency"], g["TTFT p99"], marker="s", label=f"{name} p99")
+        b.plot(g["concurrency"], g["TTFT p50"], marker="o", ls="--", label=f"{name} p50")
+    a.set(xlabel="concurrency", ylabel="output tokens/s", title="Throughput", ylim=(0, None))
+    b.set(xlabel="concurrency", ylabel="TTFT (ms)", title="Time to first token", ylim=(0, None))
+    for ax in (a, b):
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    return fig
+
+
+def batching_speedup_figure(compared, engine: str):
+    """Continuous batching's throughput ratio (B/A) against concurrency, the article's and the one measured
+    (sweep_views.batching_beside_article's table; its attrs name the two configurations)."""
+    one, many = compared.attrs["configs"]
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    ax.plot(compared.concurrency, compared["B/A throughput (article)"], marker="o", label="article (4090, 13B, A=1 seq, B=128)")
+    ax.plot(
+        compared.concurrency, compared["B/A throughput (measured)"], marker="s", label=f"measured ({engine}: {one} vs {many})"
+    )
+    ax.axhline(1, color="grey", lw=0.8)
+    ax.set(xlabel="concurrency", ylabel="throughput B / A", title="Continuous batching: the speed-up, claimed and measured")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return fig

@@ -104,6 +104,33 @@ def failures(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"config": label(df).loc[bad.index], "error": bad["error"]}).reset_index(drop=True)
 
 
+def batching_beside_article(table: pd.DataFrame, article: pd.DataFrame) -> pd.DataFrame | None:
+    """Seed 002's batching table (columns concurrency, a_tok_s, b_tok_s, a_ttft_p99_ms, b_ttft_p99_ms) beside the
+    same ratios measured: throughput of the most slots over the fewest (B/A), and TTFT p99 the other way (A/B), per
+    concurrency. None when fewer than two configurations were measured; attrs["configs"]: (fewest, most)."""
+    configs = sorted(table.config.unique())
+    if len(configs) < 2:
+        return None
+    one, many = configs[0], configs[-1]
+    claimed = pd.DataFrame(
+        {
+            "concurrency": article.concurrency,
+            "B/A throughput (article)": article.b_tok_s / article.a_tok_s,
+            "A/B TTFT p99 (article)": article.a_ttft_p99_ms / article.b_ttft_p99_ms,
+        }
+    )
+    measured = table.pivot_table(index="concurrency", columns="config", values=["tok/s", "TTFT p99"])
+    ours = pd.DataFrame(
+        {
+            "B/A throughput (measured)": measured["tok/s"][many] / measured["tok/s"][one],
+            "A/B TTFT p99 (measured)": measured["TTFT p99"][one] / measured["TTFT p99"][many],
+        }
+    ).reset_index()
+    compared = claimed.merge(ours, on="concurrency", how="outer")
+    compared.attrs["configs"] = (one, many)
+    return compared
+
+
 def kv_pool_table(df: pd.DataFrame, engine: str) -> pd.DataFrame:
     """What the engine allocated for each configuration that started (beside the lab-01 math where the engine's
     layout is modelled); empty when none started (a refused start is a row of `failures`)."""

@@ -348,3 +348,22 @@ def test_on_a_gpu_lab03_sets_ttft_beside_the_pool_it_gave_vllm():
     calm = rows.assign(**{"metrics.vllm:num_preemptions_total": [0.0] * 4})
     overflow, swaps, _, _ = _pool_findings(calm, "vllm")
     assert swaps is None and "never overflowed" in overflow  # no overflow seen: nothing to judge
+
+
+def test_lab01_plans_the_card_it_finds_and_says_which(monkeypatch):
+    """Lab 01 section 6 plans the card NVML reports (by its catalogue name, with NVML's memory), or says why not and
+    plans the parameters' catalogue GPU."""
+    from labs_lib import gpu
+    from labs_lib.kv_math import plan_capacity, plan_this_card
+
+    monkeypatch.setattr(gpu, "read_gpus", lambda: ([L4], None))
+    plan, where = plan_this_card("qwen2.5-7b", 4096, fallback_gpu="RTX-4090", kv_dtype="bf16")
+    assert where.startswith("found NVIDIA L4: 22.5 GiB total")
+    assert (
+        plan.num_blocks
+        == plan_capacity("qwen2.5-7b", 4096, kv_dtype="bf16", gpu="L4", gpu_memory_gib=L4.memory_total_bytes / GIB).num_blocks
+    )
+    monkeypatch.setattr(gpu, "read_gpus", lambda: ([], "no NVIDIA GPU (NVML found none)"))
+    plan, where = plan_this_card("qwen2.5-7b", 4096, fallback_gpu="RTX-4090", kv_dtype="bf16")
+    assert where == "no NVIDIA GPU (NVML found none): planned for the catalogue GPU RTX-4090 instead"
+    assert plan.num_blocks == plan_capacity("qwen2.5-7b", 4096, kv_dtype="bf16", gpu="RTX-4090").num_blocks

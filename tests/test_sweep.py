@@ -630,3 +630,35 @@ def test_the_kv_dtype_share_reads_what_each_engine_allocated():
     )
     assert kv_bytes_share(vllm) == ("fp8", 0.5)
     assert kv_bytes_share(vllm.iloc[:1]) is None and kv_bytes_share(None) is None
+
+
+def test_batching_beside_article_sets_the_measured_ratios_beside_seed_002s():
+    """Lab 04 section 2: B/A throughput (most slots over fewest) and A/B TTFT p99, per concurrency, beside the
+    article's; with one configuration measured there is nothing to compare."""
+    import pandas as pd
+
+    from labs_lib.sweep_views import batching_beside_article
+
+    measured = pd.DataFrame(
+        {
+            "config": ["parallel=1", "parallel=1", "parallel=4", "parallel=4"],
+            "concurrency": [1, 4, 1, 4],
+            "tok/s": [10.0, 10.0, 11.0, 30.0],
+            "TTFT p99": [100.0, 900.0, 100.0, 300.0],
+        }
+    )
+    article = pd.DataFrame(
+        {
+            "concurrency": [4, 32],
+            "a_tok_s": [60.0, 61.0],
+            "b_tok_s": [120.0, 245.0],
+            "a_ttft_p99_ms": [800.0, 4000.0],
+            "b_ttft_p99_ms": [400.0, 500.0],
+        }
+    )
+    compared = batching_beside_article(measured, article).set_index("concurrency")
+    assert compared.attrs["configs"] == ("parallel=1", "parallel=4")
+    assert compared.loc[4, "B/A throughput (measured)"] == 3.0 and compared.loc[4, "A/B TTFT p99 (measured)"] == 3.0
+    assert compared.loc[32, "B/A throughput (article)"] == 245.0 / 61.0 and pd.isna(compared.loc[32, "B/A throughput (measured)"])
+    assert compared.loc[1, "B/A throughput (measured)"] == 1.1 and pd.isna(compared.loc[1, "B/A throughput (article)"])
+    assert batching_beside_article(measured[measured.config == "parallel=1"], article) is None

@@ -80,6 +80,18 @@ def engine_card(readings: list[GPUReading]) -> tuple[GPUReading | None, str | No
     return None, f"CUDA_VISIBLE_DEVICES={visible!r} names no device NVML lists ({len(readings)} found)"
 
 
+def catalogued_card() -> tuple[GPUReading | None, str | None, str | None]:
+    """(the card a GPU engine started now computes on, its data/gpus.json name or None, None), or (None, None, why
+    there is none): NVML read, CUDA_VISIBLE_DEVICES honoured (engine_card), the name matched (catalogue_name)."""
+    from .catalogs import catalogue_name
+
+    readings, no_gpu = read_gpus()
+    card, why_not = engine_card(readings)
+    if card is None:
+        return None, None, why_not or no_gpu
+    return card, catalogue_name(card.name), None
+
+
 @dataclass(frozen=True)
 class GPUProcess:
     pid: int

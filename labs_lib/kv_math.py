@@ -405,16 +405,14 @@ def plan_this_card(
     """plan_capacity for the card an engine started now would compute on (NVML's memory, the catalogue's name for
     vLLM's batch defaults: an A100 is not planned as an H100), else for the catalogue GPU `fallback_gpu`; with a
     line saying which card was planned and why."""
-    from .catalogs import catalogue_name
-    from .gpu import engine_card, read_gpus
+    from .gpu import catalogued_card
 
-    readings, no_gpu = read_gpus()
-    card, why_not = engine_card(readings)  # the card CUDA_VISIBLE_DEVICES names
+    card, name, why_not = catalogued_card()
     if card is None:
         plan = plan_capacity(model, max_model_len, gpu=fallback_gpu, **plan_args)
-        return plan, f"{why_not or no_gpu}: planned for the catalogue GPU {fallback_gpu} instead"
+        return plan, f"{why_not}: planned for the catalogue GPU {fallback_gpu} instead"
     memory_gib = card.memory_total_bytes / GIB
-    plan = plan_capacity(model, max_model_len, gpu=catalogue_name(card.name), gpu_memory_gib=memory_gib, **plan_args)
+    plan = plan_capacity(model, max_model_len, gpu=name, gpu_memory_gib=memory_gib, **plan_args)
     return plan, f"found {card.name}: {memory_gib:.1f} GiB total, {card.memory_free_bytes / GIB:.1f} GiB free"
 
 

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .catalogs import catalogue_name, gpu_spec
+from .catalogs import gpu_spec
 from .errors import BadInput
-from .gpu import engine_card, read_gpus
+from .gpu import catalogued_card
 
 if TYPE_CHECKING:  # the GPU smoke check's bare image has numpy, not pandas: the claims' tables import it when called
     import pandas as pd
@@ -96,11 +96,9 @@ def decode_bandwidth(device: str, *, buffer_mib: int = 512) -> tuple[float, str]
     """(bytes/s of the memory a decode step reads, where the figure comes from). On a GPU the weights and KV
     cache are in the card's memory: the catalogue's bandwidth for the card NVML names (data/gpus.json);
     on the CPU, or a card the catalogue lacks, this machine's DRAM read bandwidth, measured now."""
-    if device != "cpu":
-        card, _ = engine_card(read_gpus()[0])  # the card the engine computes on (CUDA_VISIBLE_DEVICES)
-        name = catalogue_name(card.name) if card else None
-        if name:
-            return gpu_spec(name)["bandwidth_gb_per_s"] * 1e9, f"{name}'s memory bandwidth (catalogue, data/gpus.json)"
+    name = catalogued_card()[1] if device != "cpu" else None  # the card the engine computes on (CUDA_VISIBLE_DEVICES)
+    if name:
+        return gpu_spec(name)["bandwidth_gb_per_s"] * 1e9, f"{name}'s memory bandwidth (catalogue, data/gpus.json)"
     bw = measure_bandwidth(buffer_mib=buffer_mib)
     return bw.bytes_per_s, f"this machine's DRAM read bandwidth, measured ({bw.threads} threads)"
 

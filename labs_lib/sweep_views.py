@@ -166,11 +166,9 @@ def with_planned_concurrency(pool: pd.DataFrame, model: str, on_cpu: bool) -> tu
 def this_card() -> str | None:
     """The catalogue's name for the card a GPU engine started now computes on (gpu.engine_card), or None (no
     NVML, a card the catalogue lacks)."""
-    from .catalogs import catalogue_name
-    from .gpu import engine_card, read_gpus
+    from .gpu import catalogued_card
 
-    card, _ = engine_card(read_gpus()[0])
-    return catalogue_name(card.name) if card else None
+    return catalogued_card()[1]
 
 
 def cache_hit_table(df: pd.DataFrame, engine: str) -> pd.DataFrame:

@@ -295,7 +295,6 @@ def test_the_card_cuda_visible_devices_names_is_the_one_planned_priced_and_check
     )
     on_a_gpu["cards"] = [busy_h100, free_l4]
     monkeypatch.setattr(gpu, "read_gpus", lambda: (on_a_gpu["cards"], None))
-    monkeypatch.setattr(roofline, "read_gpus", lambda: (on_a_gpu["cards"], None))
     for visible in ("1", "GPU-bbb"):
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
         assert gpu.engine_card(on_a_gpu["cards"]) == (free_l4, None)

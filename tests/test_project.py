@@ -451,7 +451,7 @@ def test_setup_vllm_installs_the_version_pyproject_names():
 
 # Each place labs_lib asks where the engine computes, and the test that drives its GPU side here (no GPU: a fake
 # CUDA vLLM install and fake NVML readings). A new branch fails test_every_gpu_branch_has_a_test until listed.
-DEVICE_BRANCH = re.compile(r'device\s*[!=]=\s*"|grid_family\(\)\s*[!=]=|read_gpus\(\)\[0\]')
+DEVICE_BRANCH = re.compile(r'device\s*[!=]=\s*"|grid_family\(\)\s*[!=]=|read_gpus\(\)\[0\]|(?<!def )catalogued_card\(\)')
 GPU_BRANCH_TESTS = {
     ("labs_lib/params.py", 'on_gpu = chosen.grid_family() == "gpu"'): (
         "tests/test_gpu_branches.py::test_on_a_gpu_auto_is_vllm_and_the_labs_take_the_gpu_grids_and_models"
@@ -477,7 +477,7 @@ GPU_BRANCH_TESTS = {
     ("labs_lib/engines/vllm.py", "card, _ = engine_card(read_gpus()[0])"): (
         "tests/test_gpu_branches.py::test_on_a_gpu_vllms_own_refusal_names_who_holds_the_card"
     ),
-    ("labs_lib/sweep_views.py", "card, _ = engine_card(read_gpus()[0])"): (
+    ("labs_lib/sweep_views.py", "return catalogued_card()[1]"): (
         "tests/test_gpu_branches.py::test_on_a_gpu_lab03_plans_each_pool_with_the_cards_step_budget"
     ),
     ("labs_lib/engines/vllm.py", 'on_gpu = bool(found and found.device != "cpu")'): (
@@ -489,10 +489,13 @@ GPU_BRANCH_TESTS = {
     ("labs_lib/params.py", 'served, p.model_note = for_labs(engine_class(kind).grid_family() == "gpu")'): (
         "tests/test_workshop_model.py::test_a_recorded_model_is_what_labs_02_to_04_serve_on_a_gpu"
     ),
-    ("labs_lib/roofline.py", "card, _ = engine_card(read_gpus()[0])"): (
+    ("labs_lib/roofline.py", "name = catalogued_card()[1]"): (
         "tests/test_gpu_branches.py::test_the_card_cuda_visible_devices_names_is_the_one_planned_priced_and_checked"
     ),
-    ("labs_lib/roofline.py", 'if device != "cpu":'): (
+    ("labs_lib/kv_math.py", "card, name, why_not = catalogued_card()"): (
+        "tests/test_gpu_branches.py::test_lab01_plans_the_card_it_finds_and_says_which"
+    ),
+    ("labs_lib/roofline.py", 'if device != "cpu" else None'): (
         "tests/test_roofline.py::test_decode_reads_the_cards_bandwidth_on_a_gpu_and_this_machines_on_the_cpu"
     ),
 }

@@ -89,13 +89,13 @@ def test_decode_reads_the_cards_bandwidth_on_a_gpu_and_this_machines_on_the_cpu(
     from labs_lib.gpu import GPUReading
 
     h200 = GPUReading(0, "NVIDIA H200", 150_754_820_096, 0, 150_754_820_096, 0.0)
-    monkeypatch.setattr(roofline, "read_gpus", lambda: ([h200], None))
+    monkeypatch.setattr("labs_lib.gpu.read_gpus", lambda: ([h200], None))
     bytes_per_s, source = roofline.decode_bandwidth("cuda")
     assert bytes_per_s == 4800e9 and "H200" in source and "catalogue" in source
     on_cpu, source = roofline.decode_bandwidth("cpu", buffer_mib=16)
     assert 1e8 < on_cpu < 1e12 and "measured" in source  # the engine is on the CPU: the card is not what it reads
     unknown = GPUReading(0, "NVIDIA Quadro Unlisted 9000", 1 << 34, 0, 1 << 34, 0.0)
-    monkeypatch.setattr(roofline, "read_gpus", lambda: ([unknown], None))
+    monkeypatch.setattr("labs_lib.gpu.read_gpus", lambda: ([unknown], None))
     assert "measured" in roofline.decode_bandwidth("cuda", buffer_mib=16)[1]
 
 

@@ -97,11 +97,13 @@ def predict(label: str, prediction: object) -> None:
         print("Prediction recorded, with its reason.")
 
 
-def takeaway(label: str, measured: float, what: str) -> None:
-    """A section's last line: what this run measured (`what` names it, with its unit), beside the prediction
-    written for `label` before the section ran."""
-    print(f"Measured in this run: {what} = {measured:,.4g}.")
-    print(f"  {_against_prediction(_predictions.get(str(label)), measured)}")
+def takeaway(label: str, measured: float, what: str, *, computed: bool = False) -> None:
+    """A section's last line: what this run measured (`what` names it, with its unit) — or, `computed`, worked out
+    from formulas and the catalogue, nothing measured —, beside the prediction written for `label` before the
+    section ran."""
+    kind = "computed" if computed else "measured"
+    print(f"{kind.capitalize()} in this run: {what} = {measured:,.4g}.")
+    print(f"  {_against_prediction(_predictions.get(str(label)), measured, kind)}")
 
 
 def inline_question(label: str, answer: object, reference: str, names: dict[str, tuple[str, ...]]) -> None:
@@ -166,12 +168,12 @@ def asked_to_show(answer: object) -> bool:
     return isinstance(answer, str) and answer.strip().lower() == SHOW
 
 
-def _against_prediction(prediction: Any, expected) -> str:
+def _against_prediction(prediction: Any, expected, kind: str = "measured") -> str:
     if prediction is None:
         return "No prediction written before the run: predicting first is the point."
     if isinstance(prediction, tuple) and len(prediction) == 2:  # (value, why)
         value, why = prediction
-        return f"{_against_prediction(value, expected)} Your reason then: {str(why).strip()!r}: does the run bear it out?"
+        return f"{_against_prediction(value, expected, kind)} Your reason then: {str(why).strip()!r}: does the run bear it out?"
     if _matches(prediction, expected, 0.0):
         return f"Your prediction before the run, {prediction!r}, was right."
     try:
@@ -180,7 +182,7 @@ def _against_prediction(prediction: Any, expected) -> str:
     except (TypeError, ValueError):
         return f"Your prediction before the run was {prediction!r}; the run says {_shown(expected)}."
     ratio = value / target if target else float("inf")
-    return f"Your prediction before the run was {value:,.4g}: {ratio:,.2f}x the measured {_shown(expected)}."
+    return f"Your prediction before the run was {value:,.4g}: {ratio:,.2f}x the {kind} {_shown(expected)}."
 
 
 def _check(label: str, answer: object, expected, rel_tol: float, hint: str) -> bool | None:

@@ -209,13 +209,18 @@ def catalogue_rows(
     gpus: tuple[str, ...] = ("L4", "A100-80GB", "H100-SXM", "H200"),
     batches: tuple[int, ...] = (1, 64),
     context_tokens: int = 2048,
+    *,
+    weight_dtype: str = "bf16",
+    kv_dtype: str = "bf16",
 ) -> list[dict]:
-    """The roofs of `model` in bf16 (weights and KV) on catalogue cards: the card's bandwidth and dense bf16 FLOP/s,
+    """The roofs of `model` on catalogue cards, its weights and KV cache in the dtypes given: the card's bandwidth
+    and dense bf16 FLOP/s (for 8-bit weights a lower bound on the compute roof: their tensor cores are faster),
     nothing measured."""
     from .kv_math import kv_cache, weight_bytes
     from .models import load_model
 
     spec = load_model(model)
+    dtypes = weight_dtype if weight_dtype == kv_dtype else f"{weight_dtype} weights, {kv_dtype} KV"
     rows = []
     for gpu in gpus:
         card = gpu_spec(gpu)
@@ -224,9 +229,9 @@ def catalogue_rows(
         for batch in batches:
             rows.append(
                 roofline_row(
-                    f"{gpu}, {spec.name} bf16",
-                    weight_bytes(spec, "bf16"),
-                    kv_cache(spec, 1, 1, "bf16").kv_bytes_per_token,
+                    f"{gpu}, {spec.name} {dtypes}",
+                    weight_bytes(spec, weight_dtype),
+                    kv_cache(spec, 1, 1, kv_dtype).kv_bytes_per_token,
                     context_tokens,
                     card["bandwidth_gb_per_s"] * 1e9,
                     batch=batch,

@@ -248,6 +248,28 @@ def best_by_goodput(df: pd.DataFrame) -> pd.Series | None:
     return load_table(ok).sort_values(["goodput req/s", "tok/s"], ascending=False).iloc[0]
 
 
+def caching_ttft_cut(hits: pd.DataFrame) -> tuple[pd.DataFrame, float, str]:
+    """(cache_hit_table's rows of its first workload — one system prompt for all —, the share by which TTFT p50 falls
+    from the lowest hit rate to the highest at the lightest load — NaN with one configuration —, a line saying it)."""
+    shared = hits[hits.workload == hits.workload.iloc[0]] if "workload" in hits else hits
+    same_load = shared[shared.concurrency == shared.concurrency.min()] if "concurrency" in shared else shared
+    ttft = same_load.sort_values("hit rate", kind="stable").set_index("config")["TTFT p50"]  # caching off first
+    if len(ttft) < 2:
+        return shared, float("nan"), "one configuration measured: no TTFT to set beside it"
+    cut = 1 - ttft.iloc[-1] / ttft.iloc[0]
+    said = f"TTFT p50 {ttft.iloc[0]:.0f} ms ({ttft.index[0]}) -> {ttft.iloc[-1]:.0f} ms ({ttft.index[-1]}): {cut:.0%} lower"
+    return shared, cut, said
+
+
+def hit_rate_by_workload(hits: pd.DataFrame) -> tuple[pd.DataFrame, str, float]:
+    """(cache_hit_table's hit rate per configuration and workload, the configuration that caches the first workload
+    best, its hit rate there minus on the second: one shared system prompt against several taken in turn)."""
+    rates = hits.pivot_table(index="config", columns="workload", values="hit rate", sort=False)
+    single, several = list(dict.fromkeys(hits.workload))[:2]
+    best = str(rates[single].idxmax())
+    return rates, best, float(rates.loc[best, single] - rates.loc[best, several])
+
+
 def cache_ttft_means(df: pd.DataFrame, engine: str) -> dict | None:
     """The prefix-cache sweep's first workload at its lightest load: caching off (the lowest hit rate) and the
     configuration with the highest, their mean TTFT over every request (misses included, as the hit rate counts
@@ -327,20 +349,32 @@ def usd_per_million_tokens(tokens_per_s: float, usd_per_device_hour: float) -> f
 def device_hour_price(given: float | None) -> tuple[float | None, str]:
     """(USD per device-hour for lab 04's cost column, where it comes from): `given` as it is; else the catalogue's
     sourced range (its midpoint) for the GPU NVML finds; else (None, why)."""
-    from .catalogs import catalogue_name, gpu_price
-    from .gpu import engine_card, read_gpus
+    from .catalogs import gpu_price
+    from .gpu import catalogued_card
 
     if given is not None:
         return float(given), "usd_per_device_hour, as given"
-    readings, why = read_gpus()
-    card, not_visible = engine_card(readings)  # the card the engines compute on (CUDA_VISIBLE_DEVICES)
+    card, name, why = catalogued_card()  # the card the engines compute on (CUDA_VISIBLE_DEVICES)
     if card is None:
-        return None, f"{not_visible or why}; give usd_per_device_hour, what an hour of this machine costs you"
-    name = catalogue_name(card.name)
+        return None, f"{why}; give usd_per_device_hour, what an hour of this machine costs you"
     price = gpu_price(name) if name else None
     if price is None:
         return None, f"the catalogue lists no price for {card.name}: give usd_per_device_hour"
     return price.mid_usd, f"the midpoint of {name}'s {price}"
+
+
+def cheapest_token_line(points: pd.DataFrame, usd_per_device_hour: float | None, priced_by: str) -> str:
+    """One line: the cheapest million output tokens on pareto_table's front at the device's hourly price, and the
+    point that makes them (on one kind of device, the busiest: the front holds it); or why there is no cost."""
+    if usd_per_device_hour is None:
+        return f"no cost column: {priced_by}"
+    front = points[points.on_front]
+    cheapest = front.loc[front["USD per M tokens"].idxmin()]
+    return (
+        f"at ${usd_per_device_hour:.2f} per device-hour ({priced_by}): cheapest ${cheapest['USD per M tokens']:.2f} per M "
+        f"output tokens, {cheapest['config']} at concurrency {cheapest['concurrency']}, "
+        f"{cheapest['tok/s per user']:.1f} tok/s per user"
+    )
 
 
 def on_front(per_user: list[float], per_device: list[float]) -> list[bool]:

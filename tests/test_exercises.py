@@ -125,6 +125,11 @@ def test_a_section_prediction_is_set_beside_its_measurement(capsys):
     out = capsys.readouterr().out
     assert "Prediction recorded, with its reason." in out and "the error ratio = 16." in out
     assert "0.25x the measured 16" in out and "'half the bits'" in out
+    notebook.predict("9.c", (2.0, "my reason"))
+    notebook.takeaway("9.c", 1.19, "a roof ratio from the catalogue", computed=True)
+    out = capsys.readouterr().out
+    assert out.startswith("Prediction recorded") and "Computed in this run: a roof ratio from the catalogue = 1.19." in out
+    assert "1.68x the computed 1.19" in out and "measured" not in out  # nothing was measured: the run computed it
     notebook.predict("9.y", 3.0)
     notebook.takeaway("9.z", 2.0, "something else")
     out = capsys.readouterr().out

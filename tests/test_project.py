@@ -492,6 +492,9 @@ GPU_BRANCH_TESTS = {
     ("labs_lib/roofline.py", "name = catalogued_card()[1]"): (
         "tests/test_gpu_branches.py::test_the_card_cuda_visible_devices_names_is_the_one_planned_priced_and_checked"
     ),
+    ("labs_lib/sweep_views.py", "card, name, why = catalogued_card()"): (
+        "tests/test_gpu_branches.py::test_the_card_cuda_visible_devices_names_is_the_one_planned_priced_and_checked"
+    ),
     ("labs_lib/kv_math.py", "card, name, why_not = catalogued_card()"): (
         "tests/test_gpu_branches.py::test_lab01_plans_the_card_it_finds_and_says_which"
     ),

@@ -116,6 +116,25 @@ def test_catalogue_rows_put_llama_8b_on_an_h200_near_300_tokens_per_s_at_batch_1
     assert all(r["measured_tokens_per_s"] is None for r in rows)  # a catalogue row measures nothing
 
 
+def test_fp8_weights_buy_less_at_batch_64_where_the_kv_cache_is_most_of_the_bytes():
+    """Lab 05 section 8: Llama-3.1-8B (8.03 B parameters; 32 layers x 8 KV heads x 128 x K and V = 131,072 bytes of
+    bf16 KV per token) on an H100, 64 sequences of 4,096 tokens. The bytes a step reads, by hand."""
+    from labs_lib.roofline import catalogue_rows
+
+    bf16, fp8, fp8_kv = (
+        catalogue_rows("llama-3.1-8b", ("H100-SXM",), (1, 64), 4096, weight_dtype=w, kv_dtype=kv)
+        for w, kv in (("bf16", "bf16"), ("fp8", "bf16"), ("fp8", "fp8"))
+    )
+    kv_bf16 = 64 * 4096 * 131_072
+    assert bf16[1]["bytes_per_step"] == 2 * 8_030_261_248 + kv_bf16 and fp8[1]["bytes_per_step"] == 8_030_261_248 + kv_bf16
+    assert fp8_kv[1]["bytes_per_step"] == 8_030_261_248 + kv_bf16 // 2
+    assert fp8[1]["what"] == "H100-SXM, Llama-3.1-8B fp8 weights, bf16 KV" and fp8_kv[1]["what"].endswith("8B fp8")
+    lift = [f[i]["bound_tokens_per_s"] / bf16[i]["bound_tokens_per_s"] for f in (fp8, fp8_kv) for i in (0, 1)]
+    assert 1.9 < lift[0] < 2.0 and 1.15 < lift[1] < 1.25  # batch 1: the weights are the bytes; batch 64: the KV is
+    assert lift[2] == pytest.approx(2.0) and lift[3] == pytest.approx(2.0)  # both in 8 bits: every byte halved
+    assert all(r["limited_by"] == "memory" for r in bf16 + fp8 + fp8_kv)
+
+
 def test_measured_rows_are_one_per_batch_with_the_batch_throughput():
     from labs_lib.roofline import measured_rows
 

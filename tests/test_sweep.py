@@ -280,7 +280,7 @@ def test_cache_hit_table_keeps_the_load_level_so_off_and_on_compare_at_the_same_
     with "on at 8" (issue 12). The table now carries the concurrency to pair rows by."""
     import pandas as pd
 
-    from labs_lib.sweep_views import cache_hit_table
+    from labs_lib.sweep_views import cache_hit_table, caching_ttft_cut
 
     rows = pd.DataFrame(
         {
@@ -295,6 +295,13 @@ def test_cache_hit_table_keeps_the_load_level_so_off_and_on_compare_at_the_same_
     table = cache_hit_table(rows, "vllm")
     assert list(table["concurrency"]) == [1, 8, 1, 8]
     assert list(table["hit rate"]) == [0.0, 0.0, 0.75, 0.75]  # vLLM's prompt counter includes the hits
+    shared, cut, said = caching_ttft_cut(table)  # lab 04 section 3: off against on at the lightest load only
+    assert (
+        len(shared) == 4
+        and cut == pytest.approx(0.6)
+        and said.endswith("100 ms (prompt_cache=False) -> 40 ms (prompt_cache=True): 60% lower")
+    )
+    assert caching_ttft_cut(table.iloc[:1])[1] != caching_ttft_cut(table.iloc[:1])[1]  # NaN: nothing to compare
 
 
 def test_a_quick_grid_may_leave_its_knob_to_the_full_run():
@@ -348,7 +355,7 @@ def test_a_token_costs_the_devices_hour_over_the_tokens_of_that_hour():
 
     from labs_lib.catalogs import gpu_price
     from labs_lib.gpu import read_gpus
-    from labs_lib.sweep_views import device_hour_price, pareto_table, usd_per_million_tokens
+    from labs_lib.sweep_views import cheapest_token_line, device_hour_price, pareto_table, usd_per_million_tokens
 
     # 3.60 USD an hour at 1,000 tok/s: 3.6 M tokens an hour, 1 USD per M; twice the tokens, half the price
     assert usd_per_million_tokens(1000, 3.6) == pytest.approx(1.0) and usd_per_million_tokens(2000, 3.6) == pytest.approx(0.5)
@@ -358,6 +365,13 @@ def test_a_token_costs_the_devices_hour_over_the_tokens_of_that_hour():
     assert points["USD per M tokens"].idxmin() == "A" and points.loc["A", "on_front"]  # the busiest device's tokens
     assert points.loc["B", "USD per M tokens"] == pytest.approx(20.0)
     assert "USD per M tokens" not in pareto_table(table)
+    table["concurrency"] = [4, 1, 2]
+    line = cheapest_token_line(pareto_table(table, usd_per_device_hour=3.6), 3.6, "as given")
+    assert (
+        line
+        == "at $3.60 per device-hour (as given): cheapest $10.00 per M output tokens, A at concurrency 4, 10.0 tok/s per user"
+    )
+    assert cheapest_token_line(pareto_table(table), None, "no GPU") == "no cost column: no GPU"
     # the catalogue's sourced range, by provider tier (data/gpus.json "prices")
     h100 = gpu_price("H100-SXM")
     assert h100 is not None and 0 < h100.low_usd < h100.mid_usd < h100.high_usd and h100.source.startswith("https://")
@@ -425,7 +439,7 @@ def test_prefix_groups_give_n_distinct_system_prompts_taken_in_turn():
 def test_cache_hit_table_names_the_workload_when_a_grid_has_several():
     import pandas as pd
 
-    from labs_lib.sweep_views import cache_hit_table
+    from labs_lib.sweep_views import cache_hit_table, hit_rate_by_workload
 
     rows = pd.DataFrame(
         {
@@ -440,6 +454,8 @@ def test_cache_hit_table_names_the_workload_when_a_grid_has_several():
     table = cache_hit_table(rows, "vllm")
     assert list(table["workload"]) == ["shared_system_prompt", "three_system_prompts"]
     assert list(table["hit rate"]) == [0.9, 0.6]
+    rates, best, drop = hit_rate_by_workload(table)  # lab 04 section 3's takeaway: one prompt against three in turn
+    assert rates.shape == (1, 2) and best == table.config.iloc[0] and drop == pytest.approx(0.3)
 
 
 def test_the_articles_prefix_saving_reads_the_caching_on_row_whatever_order_the_sweep_ran():
@@ -662,3 +678,22 @@ def test_batching_beside_article_sets_the_measured_ratios_beside_seed_002s():
     assert compared.loc[32, "B/A throughput (article)"] == 245.0 / 61.0 and pd.isna(compared.loc[32, "B/A throughput (measured)"])
     assert compared.loc[1, "B/A throughput (measured)"] == 1.1 and pd.isna(compared.loc[1, "B/A throughput (article)"])
     assert batching_beside_article(measured[measured.config == "parallel=1"], article) is None
+
+
+def test_lab04s_experiments_say_in_one_line_why_a_grid_does_not_run(tmp_path, capsys):
+    """GridSweeps (lab 04's `experiment`): an engine with no such grid, and a quick run that leaves the knob to the
+    full size, each print one line and start nothing."""
+    from labs_lib.grid_sweeps import GridSweeps
+    from labs_lib.sweep import KeptEngine
+
+    def sweeps(prefix: str) -> GridSweeps:
+        return GridSweeps(prefix, "vllm", None, SLO(ttft_ms=2000, tpot_ms=100), tmp_path, KeptEngine(), loop=None)
+
+    assert run_blocking(sweeps("cpu")("no_such_knob")) is None
+    assert (
+        capsys.readouterr().out == "no_such_knob: no cpu grid; see the cell's text for why this engine has nothing to turn here\n"
+    )
+    assert run_blocking(sweeps("vllm_cpu")("kv_dtype")) is None
+    said = capsys.readouterr().out
+    assert said.startswith("kv_dtype: not turned now: ") and said.count("\n") == 1, said
+    assert not list(tmp_path.iterdir())  # no results file: nothing ran

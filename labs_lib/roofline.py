@@ -214,8 +214,8 @@ def catalogue_rows(
     kv_dtype: str = "bf16",
 ) -> list[dict]:
     """The roofs of `model` on catalogue cards, its weights and KV cache in the dtypes given: the card's bandwidth
-    and dense bf16 FLOP/s (for 8-bit weights a lower bound on the compute roof: their tensor cores are faster),
-    nothing measured."""
+    and dense bf16 FLOP/s (with 8-bit weights the compute roof is at least this: fp8 tensor cores, where a card has
+    them, are faster), nothing measured."""
     from .kv_math import kv_cache, weight_bytes
     from .models import load_model
 

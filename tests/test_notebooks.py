@@ -135,8 +135,9 @@ ON_VLLM = {  # what each lab must show when vLLM (on CPU here) is its engine
         "planned max concurrency",
         "nothing to turn here",
         "kv_dtype: not turned now",
-        "hit rate by workload",
+        "hit rate, one prompt minus three (",  # section 3's takeaway: one system prompt against three in turn
         "three_system_prompts",
+        "tok/s per user at the busiest point (",  # section 9's takeaway
         "at $0.08 per device-hour (usd_per_device_hour, as given): cheapest $",
     ),
     "05": ("engine vllm", "gemma-3-270m", "float32 weights left out", "fp8"),

@@ -248,12 +248,21 @@ def best_by_goodput(df: pd.DataFrame) -> pd.Series | None:
     return load_table(ok).sort_values(["goodput req/s", "tok/s"], ascending=False).iloc[0]
 
 
+def _off_to_on(hits: pd.DataFrame) -> pd.DataFrame:
+    """cache_hit_table's rows of its first workload (one system prompt for all) at its lightest load, by hit rate:
+    caching off first, the configuration that caches best last."""
+    if "workload" in hits:
+        hits = hits[hits.workload == hits.workload.iloc[0]]
+    if "concurrency" in hits:
+        hits = hits[hits.concurrency == hits.concurrency.min()]
+    return hits.sort_values("hit rate", kind="stable")
+
+
 def caching_ttft_cut(hits: pd.DataFrame) -> tuple[pd.DataFrame, float, str]:
     """(cache_hit_table's rows of its first workload — one system prompt for all —, the share by which TTFT p50 falls
     from the lowest hit rate to the highest at the lightest load — NaN with one configuration —, a line saying it)."""
     shared = hits[hits.workload == hits.workload.iloc[0]] if "workload" in hits else hits
-    same_load = shared[shared.concurrency == shared.concurrency.min()] if "concurrency" in shared else shared
-    ttft = same_load.sort_values("hit rate", kind="stable").set_index("config")["TTFT p50"]  # caching off first
+    ttft = _off_to_on(shared).set_index("config")["TTFT p50"]
     if len(ttft) < 2:
         return shared, float("nan"), "one configuration measured: no TTFT to set beside it"
     cut = 1 - ttft.iloc[-1] / ttft.iloc[0]
@@ -279,11 +288,7 @@ def cache_ttft_means(df: pd.DataFrame, engine: str) -> dict | None:
     if table.empty:
         return None
     table["mean TTFT"] = load_ok(df)["summary.mean_ttft_ms"].to_numpy()
-    if "workload" in table:
-        table = table[table.workload == table.workload.iloc[0]]
-    if "concurrency" in table:
-        table = table[table.concurrency == table.concurrency.min()]
-    table = table.sort_values("hit rate", kind="stable")
+    table = _off_to_on(table)
     if len(table) < 2:
         return None
     off, on = table.iloc[0], table.iloc[-1]

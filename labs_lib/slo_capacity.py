@@ -8,8 +8,10 @@ between the highest rate that met the SLO and the lowest that did not (the searc
 
 Latency counts from when each request was *scheduled* (`load.from_schedule_ms`): a client that falls behind its
 schedule would otherwise hide the wait it adds (coordinated omission). A rate "saturates" when the server cannot
-keep up: requests queue, so the TTFT of the last third of the run is more than twice that of the first third, or
-fewer requests per second completed than this run's arrivals offered (below `1 - SATURATION_SHORTFALL` of it).
+keep up: requests queue, so every request of the last third of the run waited more than twice as long for its first
+token as the first third's median, or fewer requests per second completed than this run's arrivals offered (below
+`1 - SATURATION_SHORTFALL` of it). "Every" because a queue delays each late request, while a burst of random
+arrivals, or the host stalling for a moment, delays a few.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from .timing import RequestSpec
 
 PERCENTILE_CHOICES = (50, 90, 95, 99)
 SATURATION_SHORTFALL = 0.2  # completed/s this far below offered/s: the server did not keep up
-QUEUE_GROWTH = 2.0  # last third's median TTFT over the first third's: requests are queueing
+QUEUE_GROWTH = 2.0  # the last third's fastest TTFT over the first third's median: requests are queueing
 QUEUE_FLOOR_MS = 200.0  # ... and slower by at least this much, so that jitter on a fast server is not a queue
 Search = Callable[[Callable[[float], Awaitable[bool]], float, float, int, float], Awaitable[tuple]]  # bracket's signature
 
@@ -42,7 +44,7 @@ class RatePoint:
     ttft_ms: float | None  # at the percentile, from the scheduled send
     tpot_ms: float | None  # at the percentile
     ttft_from_send_ms: float | None  # at the percentile, from the actual send: lower where the client lagged
-    queue_growth: float | None  # median TTFT of the last third / of the first third
+    queue_growth: float | None  # the last third's fastest TTFT / the first third's median
     meets: bool
     saturated: bool
     why: str  # what missed, or "meets"
@@ -94,8 +96,8 @@ def judge(result: LoadResult, rate_rps: float, slo: SLO, percentile: float) -> R
     growth = None
     if len(by_send) >= 6:
         early = float(np.median([r.ttft_ms or 0.0 for r in by_send[:third]]))
-        late = float(np.median([r.ttft_ms or 0.0 for r in by_send[-third:]]))
-        # a queue, not jitter: twice as slow and slower by more than QUEUE_FLOOR_MS
+        late = min(r.ttft_ms or 0.0 for r in by_send[-third:])
+        # a queue, not jitter: every late request twice as slow, and slower by more than QUEUE_FLOOR_MS
         growth = late / early if early > 0 and late - early > QUEUE_FLOOR_MS else 1.0
     misses = []
     if len(ok) < len(records):

@@ -64,6 +64,18 @@ def test_a_run_whose_requests_queue_is_saturated():
     assert judge(LoadResult(steady, 1.0), 10.0, SLO(ttft_ms=1e9), 50).meets
 
 
+def test_a_burst_late_in_the_run_is_not_a_queue():
+    # nine requests 0.5 s apart, served in 100 ms; two of the last three arrive together (a random burst, or the host
+    # stalled) and wait 600 ms, the last is served at once: a queue would have delayed every late request
+    records = [_record(i, 0.5 * i, 0.5 * i, 50.0, 100.0) for i in range(9)]
+    records[6] = _record(6, 3.0, 3.0, 650.0, 700.0)
+    records[7] = _record(7, 3.01, 3.01, 650.0, 700.0)
+    point = judge(LoadResult(records, 4.2), 2.0, SLO(ttft_ms=1e9), 50)
+    assert point.meets and not point.saturated and point.queue_growth == 1.0, point.why
+    records[8] = _record(8, 4.0, 4.0, 650.0, 700.0)  # the last one waits too: every late request did
+    assert judge(LoadResult(records, 4.7), 2.0, SLO(ttft_ms=1e9), 50).saturated
+
+
 @pytest.mark.parametrize(
     "kw, needle",
     [

@@ -17,7 +17,7 @@ from .kv_math import MIB, llamacpp_layout
 from .load import prefill_tokens_per_s, run_load, warm_up
 from .prompts import PromptFactory, corpus_text
 from .quality import Scorers, Scores, agreement, identical_prefix
-from .quant import ORIGINAL, check_variant, variant_path
+from .quant import ORIGINAL, build_variant, check_variant
 from .timing import RequestSpec
 
 KV_DTYPES = ("f16", "q8_0", "q4_0")
@@ -141,7 +141,8 @@ async def compare_variants(
     settings: QuantSettings | None = None,
     progress: bool = True,
 ) -> pd.DataFrame:
-    """Every weight variant with an f16 KV cache, then kv_variant with each quantized KV cache (flash attention on).
+    """Every weight variant with an f16 KV cache, then kv_variant with each quantized KV cache (flash attention on);
+    a variant the cache lacks is built first.
     Agreement columns (quality.agreement: means and 95% intervals) compare each row with `reference` (f16 KV),
     KV rows with kv_variant at f16. The reference defaults to the shipped Q4_K_M, the only original here."""
     from .progress import bar as tqdm
@@ -156,7 +157,7 @@ async def compare_variants(
         runs.insert(1, (check_variant(kv_variant), "f16"))
     results: dict[tuple[str, str], tuple[dict, Scores, list[int]]] = {}
     for variant, kv in tqdm(runs, desc="variants", unit="config", disable=not progress):
-        path = variant_path(variant)
+        path = build_variant(variant, progress=False).path  # the cached file, or built now (seconds) where missing
         meta = read_gguf_meta(path)
         label = {
             "variant": variant,

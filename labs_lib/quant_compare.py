@@ -157,7 +157,7 @@ async def compare_variants(
         runs.insert(1, (check_variant(kv_variant), "f16"))
     results: dict[tuple[str, str], tuple[dict, Scores, list[int]]] = {}
     for variant, kv in tqdm(runs, desc="variants", unit="config", disable=not progress):
-        path = build_variant(variant, progress=False).path  # the cached file, or built now (seconds) where missing
+        path = build_variant(variant, progress=progress).path  # the cached file, or built now (seconds) where missing
         meta = read_gguf_meta(path)
         label = {
             "variant": variant,

@@ -10,7 +10,7 @@ def run(args) -> int:
 
     from ..errors import BadInput, positive_int
     from ..load import run_blocking
-    from ..quant import ORIGINAL, VARIANTS, check_variant, variants_table
+    from ..quant import VARIANTS, check_variant
     from ..quant_compare import QuantSettings, check_kv_dtypes, compare_variants
 
     variants = [v.strip() for v in str(args.variants).split(",") if v.strip()]
@@ -23,7 +23,6 @@ def run(args) -> int:
     for v in variants:
         check_variant(v)
     kv = check_kv_dtypes(kv)  # every value checked before the first variant is built (seconds each)
-    variants_table([check_variant(v) for v in dict.fromkeys([ORIGINAL, *variants])], progress=not args.json)  # build (cached)
     df = run_blocking(compare_variants(variants, kv, settings=settings, progress=not args.json))
     if args.json:
         print(df.to_json(orient="records", indent=2))

@@ -7,6 +7,7 @@ The appendix computes afresh what needs no engine and reads the rest from those 
 from __future__ import annotations
 
 import json
+import os
 import re
 from datetime import UTC, datetime
 from functools import cache
@@ -107,7 +108,10 @@ def record(lab: str, checks: pd.DataFrame, engine: str, folder: Path | None = No
     path = folder / f"lab{lab}.json"
     measured_at = datetime.now(UTC).isoformat(timespec="seconds")
     rows = json.loads(checks.to_json(orient="records", force_ascii=False))
-    path.write_text(json.dumps({"lab": lab, "engine": engine, "measured_at": measured_at, "rows": rows}, ensure_ascii=False))
+    # whole or not at all: the appendix may read it while another run of the lab writes it
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"lab": lab, "engine": engine, "measured_at": measured_at, "rows": rows}, ensure_ascii=False))
+    os.replace(tmp, path)
     return path
 
 

@@ -196,7 +196,7 @@ def build_variant(name: str, *, source: Path | None = None, force: bool = False,
     _check_room(meta, name, types, path.parent)
     started = time.perf_counter()
     raw = np.memmap(source, dtype=np.uint8, mode="r")
-    tmp = path.with_suffix(".partial")
+    tmp = path.with_suffix(f".{os.getpid()}.partial")  # two processes building the same variant write apart
     kv = bytearray(raw[meta.kv_span[0] : meta.kv_span[1]])
     ft = meta.value_offsets["general.file_type"] - meta.kv_span[0]
     kv[ft : ft + 4] = struct.pack("<I", FILE_TYPE[name.removesuffix(PURE)])

@@ -63,6 +63,21 @@ def starts_vllm(starts_engine):
     """Requested by every fixture that starts vLLM: its tests are marked `vllm` (and `engine`)."""
 
 
+def pytest_configure(config):
+    """This run's engine starts are told apart from another run's beside it (make test runs vLLM's tests beside
+    the rest): each start records $LABS_STARTED_BY, which kernels and commands inherit."""
+    from labs_lib.engines.base import STARTED_BY_VARIABLE
+
+    os.environ[STARTED_BY_VARIABLE] = f"pytest-{os.getpid()}"
+
+
+def this_runs_starts(since: float) -> list[dict]:
+    """Engine starts since unix time `since` by this pytest run, its kernels and its commands."""
+    from labs_lib.engines.base import STARTED_BY_VARIABLE, read_starts
+
+    return read_starts(since, by=os.environ[STARTED_BY_VARIABLE])
+
+
 @pytest.hookimpl(tryfirst=True)  # before `-m` selects by marker
 def pytest_collection_modifyitems(config, items):
     for item in items:
@@ -94,11 +109,9 @@ def _fast_tier_starts_no_engine(request):
     if not request.config.getoption("--fast-tier"):
         yield
         return
-    from labs_lib.engines.base import read_starts
-
     since = time.time()
     yield
-    started = read_starts(since)
+    started = this_runs_starts(since)
     if started:
         kinds = ", ".join(sorted({row["kind"] for row in started}))
         pytest.fail(
@@ -115,13 +128,11 @@ _STARTS: list[dict] = []
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    from labs_lib.engines.base import read_starts
-
     since = time.time()
     yield
     path = item.nodeid.split("::")[0]
     _TIMES[path] = _TIMES.get(path, 0.0) + time.time() - since
-    _STARTS.extend({**row, "test": item.nodeid} for row in read_starts(since))
+    _STARTS.extend({**row, "test": item.nodeid} for row in this_runs_starts(since))
 
 
 def suite_summary() -> dict:
@@ -260,6 +271,20 @@ def engine_pids(tag: str, names: tuple[bytes, ...] = ENGINE_PROCESSES) -> list[i
         if any(name in cmdline for name in names):
             out.append(pid)
     return out
+
+
+@pytest.fixture
+def own_tag(monkeypatch) -> str:
+    """A tag every process this test starts carries (LABS_TEST_TAG, inherited by engines, kernels and commands),
+    so the test counts its own engines only, whatever runs beside it (make test runs vLLM's tests beside the rest)."""
+    tag = "t" + secrets.token_hex(6)
+    monkeypatch.setenv(TAG_VARIABLE, tag)
+    return tag
+
+
+def launchers(tag: str) -> set[int]:
+    """The llama.cpp launchers (one per embedded engine) among the processes tagged `tag`."""
+    return set(engine_pids(tag, (b"llamacpp_launcher",)))
 
 
 def wait_for(condition, timeout_s: float, what: str, poll_s: float = 0.05):

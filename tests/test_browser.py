@@ -446,7 +446,7 @@ def test_lab03_latency_explorer_in_jupyterlab(jupyterlab):
             metric = explorer.locator("select").evaluate("s => s.selectedOptions[0].textContent").lower()
             marks = explorer.locator(".widget-readout")
             percentile, level = float(marks.nth(0).text_content().lstrip("p")), int(marks.nth(1).text_content())
-            saved = RESULTS_DIR / "lab03" / f"concurrency-{level}.csv"
+            saved = RESULTS_DIR / "lab03" / f"concurrency-{level}-llamacpp.csv"  # auto: the embedded engine on a CPU
             assert saved.stat().st_mtime >= started, f"{saved} was not written by this run"
             ok = pd.read_csv(saved)
             ok = ok[ok.error.isna()]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import REPO, as_from_a_terminal, fake_key
+from conftest import REPO, as_from_a_terminal, fake_key, launchers
 
 from labs_lib.engines import EngineConfig, port_is_free
 from labs_lib.engines.llamacpp import LlamaCppEngine, first_error, parse_allocation
@@ -351,16 +351,26 @@ def _notebook(path, *sources: str) -> None:
     nbformat.write(nb, str(path))
 
 
-def _launchers() -> set[int]:
-    found = set()
-    for p in os.listdir("/proc"):
-        if p.isdigit():
-            try:
-                if b"llamacpp_launcher" in Path(f"/proc/{p}/cmdline").read_bytes() and not gone(int(p), 0):
-                    found.add(int(p))
-            except OSError:
-                pass
-    return found
+def test_a_run_reads_its_own_engine_starts_and_no_log_of_the_last_hour_is_pruned(tmp_path, monkeypatch):
+    """Two runs side by side (make test's halves) each count their own engine starts, and one run's pruning never
+    takes a log the other may still read."""
+    from labs_lib.engines import base
+
+    monkeypatch.setenv("LABS_CACHE_DIR", str(tmp_path))
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for who, kind in (("a", "vllm"), ("b", "llamacpp"), ("a", "llamacpp")):
+        monkeypatch.setenv(base.STARTED_BY_VARIABLE, who)
+        base._record_start(logs, kind, 1.0, True)
+    assert [r["kind"] for r in base.read_starts(0, by="a")] == ["vllm", "llamacpp"]
+    assert [r["kind"] for r in base.read_starts(0)] == ["vllm", "llamacpp", "llamacpp"]
+    old = time.time() - 2 * base.LOG_KEEP_S
+    for i in range(5):
+        (logs / f"{i}.log").write_text("an engine's log")
+        if i < 3:  # three logs of yesterday's runs, two of runs still going
+            os.utime(logs / f"{i}.log", (old - i, old - i))
+    base._prune(logs, keep=1)
+    assert sorted(p.name for p in logs.glob("*.log")) == ["3.log", "4.log"]
 
 
 @pytest.mark.parametrize(
@@ -371,11 +381,10 @@ def _launchers() -> set[int]:
         ("import time; time.sleep(600)", "failed"),  # a cell interrupted by the cell timeout
     ],
 )
-def test_no_engine_outlives_a_notebook_run(tmp_path, monkeypatch, last_cell, expect):
+def test_no_engine_outlives_a_notebook_run(tmp_path, monkeypatch, own_tag, last_cell, expect):
     from labs_lib import runner
 
     monkeypatch.setattr(runner, "CELL_TIMEOUT_S", 20)
-    before = _launchers()
     nb = tmp_path / "99_engine_lifecycle.ipynb"
     _notebook(
         nb,
@@ -385,6 +394,6 @@ def test_no_engine_outlives_a_notebook_run(tmp_path, monkeypatch, last_cell, exp
     result = runner.run_series([nb], out_dir=tmp_path / "out", progress=False)[0]
     assert result.status == expect
     deadline = time.monotonic() + 10
-    while _launchers() - before and time.monotonic() < deadline:
+    while launchers(own_tag) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not (_launchers() - before), "an engine outlived its notebook"
+    assert not launchers(own_tag), "an engine outlived its notebook"

@@ -1,6 +1,8 @@
 """Lab 05's machinery: variants built from the shipped model, the teacher-forced scorer, the comparison."""
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -24,6 +26,20 @@ def test_variants_are_built_once_and_reused():
     assert meta.fields["general.file_type"] == 2 and meta.array_lengths["tokenizer.ggml.tokens"] == 262144
     again = quant.build_variant("Q4_0-PURE", progress=False)
     assert again.build_s is None and again.path == first.path
+
+
+def test_two_processes_building_one_variant_at_once_both_get_the_whole_file():
+    """Two runs side by side (two notebooks, make test's halves) may build the same variant at the same moment:
+    each writes its own partial file, and the file either leaves is the whole variant."""
+    code = "from labs_lib.quant import build_variant; print(build_variant('Q8_0', force=True, progress=False).file_bytes)"
+    builds = [
+        subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in "ab"
+    ]
+    done = [b.communicate(timeout=600) for b in builds]
+    assert [b.returncode for b in builds] == [0, 0], [err[-500:] for _, err in done]
+    built = quant.describe("Q8_0", quant.variant_path("Q8_0"))
+    assert {int(out) for out, _ in done} == {built.file_bytes} and built.tensor_types == {"F32": 109, "Q8_0": 127}
+    assert not list(quant.variant_path("Q8_0").parent.glob("*.partial"))
 
 
 def test_llama_quant_rules_reproduce_the_shipped_file_and_keep_the_embedding_in_8_bits():

@@ -8,11 +8,10 @@ import subprocess
 import sys
 import time
 import warnings
-from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, assert_one_line_error, run_cli
+from conftest import REPO, assert_one_line_error, launchers, run_cli
 
 from labs_lib.errors import BadInput
 from labs_lib.load import SLO, run_blocking
@@ -26,20 +25,6 @@ TINY = {
     "axes": {"parallel": [1]},
     "workloads": [{"name": "w", "concurrency": [1, 2], "requests": 2, "prompt_tokens": 16, "max_tokens": 4}],
 }
-
-
-def launchers() -> set[int]:
-    found = set()
-    for p in os.listdir("/proc"):
-        if p.isdigit():
-            try:
-                cmd = Path(f"/proc/{p}/cmdline").read_bytes()
-                state = Path(f"/proc/{p}/stat").read_text().split(")")[-1].split()[0]
-            except OSError:
-                continue
-            if b"llamacpp_launcher" in cmd and state != "Z":
-                found.add(int(p))
-    return found
 
 
 # ---- grids (no engine)
@@ -138,28 +123,27 @@ def test_sweep_runs_writes_rows_and_resumes(tmp_path):
 
 
 @pytest.mark.engine
-def test_a_kept_engine_serves_the_next_grid_of_its_configuration_and_stops_at_close(tmp_path):
+def test_a_kept_engine_serves_the_next_grid_of_its_configuration_and_stops_at_close(tmp_path, own_tag):
     """Lab 04's saving: the first grid's last engine serves the second grid's points of the same configuration
     (that configuration first), a different configuration stops it, and close() stops the last one."""
     from labs_lib.sweep import KeptEngine
 
     first = load_grid({**TINY, "name": "first", "axes": {"parallel": [1, 2]}})
     second = load_grid({**TINY, "name": "second", "axes": {"parallel": [1, 2]}})  # parallel 2 first: it is kept
-    before = launchers()
     with KeptEngine() as kept:
         a = run_blocking(run_sweep(first, tmp_path / "a.jsonl", progress=False, keep=kept))
-        assert len(launchers() - before) == 1, "the last engine of the first grid keeps running"
+        assert len(launchers(own_tag)) == 1, "the last engine of the first grid keeps running"
         b = run_blocking(run_sweep(second, tmp_path / "b.jsonl", progress=False, keep=kept))
         assert (a["status"] == "ok").all() and (b["status"] == "ok").all()
         assert not a["engine_reused"].any()
         assert list(b["config.parallel"]) == [2, 2, 1, 1], "the kept configuration runs first"
         assert list(b["engine_reused"]) == [True, True, False, False]
         assert (b["summary.completed"] == 2).all()
-        assert len(launchers() - before) == 1, "the parallel-1 engine is kept now, the parallel-2 one stopped"
+        assert len(launchers(own_tag)) == 1, "the parallel-1 engine is kept now, the parallel-2 one stopped"
     deadline = time.monotonic() + 60
-    while launchers() - before and time.monotonic() < deadline:  # stop() waits for the group; /proc may lag
+    while launchers(own_tag) and time.monotonic() < deadline:  # stop() waits for the group; /proc may lag
         time.sleep(0.1)
-    assert not launchers() - before, "close() leaves no engine running"
+    assert not launchers(own_tag), "close() leaves no engine running"
 
 
 @pytest.mark.engine
@@ -200,7 +184,7 @@ def test_a_point_that_times_out_is_a_row(tmp_path):
 
 
 @pytest.mark.engine
-def test_killed_sweep_resumes_and_keeps_finished_points(tmp_path):
+def test_killed_sweep_resumes_and_keeps_finished_points(tmp_path, own_tag):
     grid_file = tmp_path / "g.yaml"
     grid_file.write_text(
         yaml.safe_dump(
@@ -212,7 +196,6 @@ def test_killed_sweep_resumes_and_keeps_finished_points(tmp_path):
         )
     )
     out = tmp_path / "k.jsonl"
-    before = launchers()
     proc = subprocess.Popen(
         [sys.executable, "-m", "labs_lib", "sweep", "--grid", str(grid_file), "--out", str(out)],
         cwd=REPO,
@@ -227,16 +210,16 @@ def test_killed_sweep_resumes_and_keeps_finished_points(tmp_path):
     kept = read_rows(out, repair=True)
     assert 1 <= len(kept) < 2
     deadline = time.monotonic() + 10
-    while launchers() - before and time.monotonic() < deadline:
+    while launchers(own_tag) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not (launchers() - before), "the sweep's engine outlived the SIGKILLed sweep"
+    assert not launchers(own_tag), "the sweep's engine outlived the SIGKILLed sweep"
     assert run_cli("sweep", "--grid", str(grid_file), "--out", str(out)).returncode == 0
     rows = read_rows(out)
     assert len(rows) == 2 and rows[0] == kept[0] and all(r["status"] == "ok" for r in rows)
 
 
 @pytest.mark.engine
-def test_child_guard_stops_the_server_when_its_parent_is_killed(tmp_path):
+def test_child_guard_stops_the_server_when_its_parent_is_killed(tmp_path, own_tag):
     code = (
         "import subprocess, sys, time\n"
         "p = subprocess.Popen([sys.executable, '-m', 'labs_lib.engines.guard', '--', sys.executable, '-m', 'labs_lib', 'serve'],"
@@ -245,17 +228,16 @@ def test_child_guard_stops_the_server_when_its_parent_is_killed(tmp_path):
         "    if 'Ctrl-C' in line: print('ready', flush=True); break\n"
         "time.sleep(120)\n"
     )
-    before = launchers()
     parent = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
         assert parent.stdout.readline().strip() == "ready"
-        assert launchers() - before
+        assert launchers(own_tag)
         parent.kill()
         parent.wait(5)
         deadline = time.monotonic() + 10
-        while launchers() - before and time.monotonic() < deadline:
+        while launchers(own_tag) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not (launchers() - before)
+        assert not launchers(own_tag)
     finally:
         parent.kill()
 

@@ -380,18 +380,23 @@ def _terminate_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
 
 
 STARTS_FILE = "starts.jsonl"
+# Who started an engine, where several runs start engines side by side (make test runs vLLM's tests beside the
+# rest): each start's line carries this variable's value, which kernels and commands inherit.
+STARTED_BY_VARIABLE = "LABS_STARTED_BY"
 
 
 def _record_start(logs: Path, kind: str, seconds: float, ok: bool) -> None:
     """One line per engine start in logs/starts.jsonl (unix time, kind, seconds to ready or to failure):
     how start-up time is measured across processes (notebook kernels, CLI commands, tests)."""
-    line = json.dumps({"t": round(time.time(), 3), "kind": kind, "start_s": round(seconds, 3), "ok": ok, "pid": os.getpid()})
+    row = {"t": round(time.time(), 3), "kind": kind, "start_s": round(seconds, 3), "ok": ok, "pid": os.getpid()}
+    line = json.dumps({**row, "by": os.environ.get(STARTED_BY_VARIABLE, "")})
     with contextlib.suppress(OSError), open(logs / STARTS_FILE, "a") as f:
         f.write(line + "\n")
 
 
-def read_starts(since: float = 0.0) -> list[dict]:
-    """Engine starts recorded at or after unix time `since` (see _record_start)."""
+def read_starts(since: float = 0.0, by: str | None = None) -> list[dict]:
+    """Engine starts recorded at or after unix time `since` (see _record_start); only those started with
+    $LABS_STARTED_BY = `by` when given."""
     try:
         lines = (cache_dir() / "logs" / STARTS_FILE).read_text().splitlines()
     except OSError:
@@ -400,16 +405,24 @@ def read_starts(since: float = 0.0) -> list[dict]:
     for line in lines:
         with contextlib.suppress(ValueError):
             row = json.loads(line)
-            if row.get("t", 0) >= since:
+            if row.get("t", 0) >= since and (by is None or row.get("by", "") == by):
                 rows.append(row)
     return rows
 
 
+LOG_KEEP_S = 3600.0  # a log written within the hour stays: a run beside this one may still read it
+
+
 def _prune(folder: Path, keep: int) -> None:
-    files = sorted(folder.glob("*.log"), key=lambda p: p.stat().st_mtime)
-    for old in files[:-keep]:
+    """Engine logs beyond the newest `keep`, older than LOG_KEEP_S (another process may prune at the same time)."""
+    ages = {}
+    for path in folder.glob("*.log"):
         with contextlib.suppress(OSError):
-            old.unlink()
+            ages[path] = time.time() - path.stat().st_mtime
+    for old in sorted(ages, key=ages.__getitem__)[keep:]:
+        if ages[old] > LOG_KEEP_S:
+            with contextlib.suppress(OSError):
+                old.unlink()
 
 
 def free_port(host: str = "127.0.0.1") -> int:

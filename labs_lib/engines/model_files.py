@@ -6,6 +6,7 @@ and reuses it afterwards.
 
 from __future__ import annotations
 
+import fcntl
 import subprocess
 import sys
 from functools import cache
@@ -29,11 +30,18 @@ def build_hf_model(python: str, *, dtype: str = "bfloat16") -> Path:
     out = hf_model_dir()
     if (out / "labs_conversion.json").exists():
         return out
-    script = Path(__file__).with_name("hf_convert.py")
-    print(f"building the Hugging Face copy of {MODEL_ID} for vLLM (once, about a minute) …", file=sys.stderr, flush=True)
-    done = subprocess.run(
-        [python, str(script), str(default_model_path()), str(out), "--dtype", dtype], stderr=subprocess.PIPE, text=True
-    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # two processes starting vLLM at once (two notebooks, the suite's two halves) convert once: the second waits for
+    # the first's copy instead of writing the same folder beside it
+    with open(out.with_name(out.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (out / "labs_conversion.json").exists():
+            return out
+        script = Path(__file__).with_name("hf_convert.py")
+        print(f"building the Hugging Face copy of {MODEL_ID} for vLLM (once, about a minute) …", file=sys.stderr, flush=True)
+        done = subprocess.run(
+            [python, str(script), str(default_model_path()), str(out), "--dtype", dtype], stderr=subprocess.PIPE, text=True
+        )
     if done.returncode != 0 or not (out / "labs_conversion.json").exists():
         lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
         raise LabsError(f"converting {MODEL_ID} for vLLM failed: {lines[-1] if lines else 'no output'}")

@@ -76,23 +76,14 @@ browser:
 
 # Two halves that never repeat a test: the fast tier first (a typo fails within minutes) while vLLM and the
 # browser install beside it (runs/setup-engines.log; the fast half runs as if vLLM were absent, as it is until
-# that install ends), then every test that starts an engine, a notebook, vLLM or a browser. The engine tier runs
-# vLLM's tests beside the rest: vLLM on CPU computes on one core and spends most of a start importing, so the two
-# overlap (the time each takes: runs/suite-*.json, docs/performance.md §8); vLLM's report is printed at the end.
+# that install ends), then every test that starts an engine, a notebook, vLLM or a browser.
 test: setup
 	@mkdir -p runs; setsid -w $(MAKE) --no-print-directory setup-vllm browser > runs/setup-engines.log 2>&1 & installing=$$!; \
 	LABS_VLLM_PYTHON=absent $(PY) -m pytest --fast-tier $(PYTEST_ARGS) || { \
 	  kill -- -$$installing 2>/dev/null; echo "make test: the fast tier failed, so the engine tier did not run"; exit 1; }; \
 	wait $$installing || { tail -n 30 runs/setup-engines.log; echo "make test: make setup-vllm browser failed (runs/setup-engines.log)"; exit 1; }; \
-	cat runs/setup-engines.log; started=$$(date +%s); \
-	echo "make test: the engine tier; vLLM's tests run beside it (runs/test-vllm.log, printed when both end)"; \
-	setsid -w $(PY) -m pytest --engine-tier -m vllm --durations=10 --suite-report runs/suite-vllm.json $(PYTEST_ARGS) \
-	  > runs/test-vllm.log 2>&1 & on_vllm=$$!; trap 'kill -- -$$on_vllm 2>/dev/null' INT TERM; \
-	$(PY) -m pytest --engine-tier -m "not vllm" --durations=20 --suite-report runs/suite-rest.json $(PYTEST_ARGS); rest=$$?; \
-	wait $$on_vllm; vllm=$$?; cat runs/test-vllm.log; \
-	echo "make test: the engine tier took $$(( $$(date +%s) - started )) s, its two halves side by side"; \
-	case "$$vllm $$rest" in 5\ 5) ;; [05]\ [05]) exit 0;; esac; \
-	echo "make test: failed (pytest's exit, vLLM's half: $$vllm, the rest: $$rest; 5: no test selected)"; exit 1
+	cat runs/setup-engines.log; \
+	$(PY) -m pytest --engine-tier --durations=20 $(PYTEST_ARGS)
 
 # Unit and CLI tests only (about a minute): a test that starts an engine, a notebook, vLLM or a browser is
 # marked from the fixtures it uses and left out, and one that starts an engine anyway fails (tests/conftest.py).

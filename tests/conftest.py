@@ -64,8 +64,8 @@ def starts_vllm(starts_engine):
 
 
 def pytest_configure(config):
-    """This run's engine starts are told apart from another run's beside it (make test runs vLLM's tests beside
-    the rest): each start records $LABS_STARTED_BY, which kernels and commands inherit."""
+    """This run's engine starts are told apart from those of anything beside it (another test run, a lab): each
+    start records $LABS_STARTED_BY, which kernels and commands inherit."""
     from labs_lib.engines.base import STARTED_BY_VARIABLE
 
     os.environ[STARTED_BY_VARIABLE] = f"pytest-{os.getpid()}"
@@ -276,7 +276,7 @@ def engine_pids(tag: str, names: tuple[bytes, ...] = ENGINE_PROCESSES) -> list[i
 @pytest.fixture
 def own_tag(monkeypatch) -> str:
     """A tag every process this test starts carries (LABS_TEST_TAG, inherited by engines, kernels and commands),
-    so the test counts its own engines only, whatever runs beside it (make test runs vLLM's tests beside the rest)."""
+    so the test counts its own engines only, whatever else runs on the machine."""
     tag = "t" + secrets.token_hex(6)
     monkeypatch.setenv(TAG_VARIABLE, tag)
     return tag

@@ -352,7 +352,7 @@ def _notebook(path, *sources: str) -> None:
 
 
 def test_a_run_reads_its_own_engine_starts_and_no_log_of_the_last_hour_is_pruned(tmp_path, monkeypatch):
-    """Two runs side by side (make test's halves) each count their own engine starts, and one run's pruning never
+    """Two runs side by side (two test runs, a lab beside a test) each count their own engine starts, and one run's pruning never
     takes a log the other may still read."""
     from labs_lib.engines import base
 

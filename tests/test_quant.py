@@ -29,7 +29,7 @@ def test_variants_are_built_once_and_reused():
 
 
 def test_two_processes_building_one_variant_at_once_both_get_the_whole_file():
-    """Two runs side by side (two notebooks, make test's halves) may build the same variant at the same moment:
+    """Two runs side by side (two notebooks, two test runs) may build the same variant at the same moment:
     each writes its own partial file, and the file either leaves is the whole variant."""
     code = "from labs_lib.quant import build_variant; print(build_variant('Q8_0', force=True, progress=False).file_bytes)"
     builds = [

@@ -380,8 +380,8 @@ def _terminate_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
 
 
 STARTS_FILE = "starts.jsonl"
-# Who started an engine, where several runs start engines side by side (make test runs vLLM's tests beside the
-# rest): each start's line carries this variable's value, which kernels and commands inherit.
+# Who started an engine, where several runs start engines side by side (two test runs, a run beside a lab): each
+# start's line carries this variable's value, which kernels and commands inherit.
 STARTED_BY_VARIABLE = "LABS_STARTED_BY"
 
 

@@ -31,7 +31,7 @@ def build_hf_model(python: str, *, dtype: str = "bfloat16") -> Path:
     if (out / "labs_conversion.json").exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    # two processes starting vLLM at once (two notebooks, the suite's two halves) convert once: the second waits for
+    # two processes starting vLLM at once (two notebooks, two test runs) convert once: the second waits for
     # the first's copy instead of writing the same folder beside it
     with open(out.with_name(out.name + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

@@ -298,15 +298,14 @@ def wait_for(condition, timeout_s: float, what: str, poll_s: float = 0.05):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def wait_until_gone(tag: str, timeout_s: float = 20.0) -> list[int]:
-    """Tagged processes still alive after timeout_s (empty: all gone)."""
+def wait_until_gone(tag: str, timeout_s: float = 20.0, alive=tagged_pids) -> list[int]:
+    """Tagged processes still alive after timeout_s (empty: all gone); `alive` narrows them (launchers: engines)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        alive = tagged_pids(tag)
-        if not alive:
+        if not alive(tag):
             return []
         time.sleep(0.2)
-    return tagged_pids(tag)
+    return list(alive(tag))
 
 
 def listening_ports(pids: list[int]) -> set[int]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import REPO, as_from_a_terminal, fake_key, launchers
+from conftest import REPO, as_from_a_terminal, fake_key, launchers, wait_until_gone
 
 from labs_lib.engines import EngineConfig, port_is_free
 from labs_lib.engines.llamacpp import LlamaCppEngine, first_error, parse_allocation
@@ -393,7 +393,4 @@ def test_no_engine_outlives_a_notebook_run(tmp_path, monkeypatch, own_tag, last_
     )
     result = runner.run_series([nb], out_dir=tmp_path / "out", progress=False)[0]
     assert result.status == expect
-    deadline = time.monotonic() + 10
-    while launchers(own_tag) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not launchers(own_tag), "an engine outlived its notebook"
+    assert not wait_until_gone(own_tag, 10, alive=launchers), "an engine outlived its notebook"

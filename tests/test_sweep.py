@@ -11,7 +11,7 @@ import warnings
 
 import pytest
 import yaml
-from conftest import REPO, assert_one_line_error, launchers, run_cli
+from conftest import REPO, assert_one_line_error, launchers, run_cli, wait_until_gone
 
 from labs_lib.errors import BadInput
 from labs_lib.load import SLO, run_blocking
@@ -140,10 +140,8 @@ def test_a_kept_engine_serves_the_next_grid_of_its_configuration_and_stops_at_cl
         assert list(b["engine_reused"]) == [True, True, False, False]
         assert (b["summary.completed"] == 2).all()
         assert len(launchers(own_tag)) == 1, "the parallel-1 engine is kept now, the parallel-2 one stopped"
-    deadline = time.monotonic() + 60
-    while launchers(own_tag) and time.monotonic() < deadline:  # stop() waits for the group; /proc may lag
-        time.sleep(0.1)
-    assert not launchers(own_tag), "close() leaves no engine running"
+    # stop() waits for the group; /proc may lag
+    assert not wait_until_gone(own_tag, 60, alive=launchers), "close() leaves no engine running"
 
 
 @pytest.mark.engine
@@ -209,10 +207,7 @@ def test_killed_sweep_resumes_and_keeps_finished_points(tmp_path, own_tag):
     proc.wait(10)
     kept = read_rows(out, repair=True)
     assert 1 <= len(kept) < 2
-    deadline = time.monotonic() + 10
-    while launchers(own_tag) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not launchers(own_tag), "the sweep's engine outlived the SIGKILLed sweep"
+    assert not wait_until_gone(own_tag, 10, alive=launchers), "the sweep's engine outlived the SIGKILLed sweep"
     assert run_cli("sweep", "--grid", str(grid_file), "--out", str(out)).returncode == 0
     rows = read_rows(out)
     assert len(rows) == 2 and rows[0] == kept[0] and all(r["status"] == "ok" for r in rows)
@@ -234,10 +229,7 @@ def test_child_guard_stops_the_server_when_its_parent_is_killed(tmp_path, own_ta
         assert launchers(own_tag)
         parent.kill()
         parent.wait(5)
-        deadline = time.monotonic() + 10
-        while launchers(own_tag) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not launchers(own_tag)
+        assert not wait_until_gone(own_tag, 10, alive=launchers)
     finally:
         parent.kill()
 

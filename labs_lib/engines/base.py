@@ -415,10 +415,10 @@ LOG_KEEP_S = 3600.0  # a log written within the hour stays: a run beside this on
 
 def _prune(folder: Path, keep: int) -> None:
     """Engine logs beyond the newest `keep`, older than LOG_KEEP_S (another process may prune at the same time)."""
-    ages = {}
+    now, ages = time.time(), {}
     for path in folder.glob("*.log"):
         with contextlib.suppress(OSError):
-            ages[path] = time.time() - path.stat().st_mtime
+            ages[path] = now - path.stat().st_mtime
     for old in sorted(ages, key=ages.__getitem__)[keep:]:
         if ages[old] > LOG_KEEP_S:
             with contextlib.suppress(OSError):

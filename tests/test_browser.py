@@ -33,6 +33,7 @@ from conftest import (
     REPO,
     TAG_VARIABLE,
     browser_missing,
+    launchers,
     listening_ports,
     tagged_pids,
     wait_for,
@@ -257,16 +258,6 @@ ERROR_CELL = """(() => {
 })()"""
 
 
-def _engines(tag: str) -> list[int]:
-    """The llama.cpp servers this JupyterLab's kernels started (their launchers), alive."""
-    found = []
-    for pid in tagged_pids(tag):
-        with contextlib.suppress(OSError):
-            if b"llamacpp_launcher" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                found.append(pid)
-    return found
-
-
 def interrupt_mid_sweep_then_resume(tag: str, results: Path, kept_rows: list):
     """What `during` does in lab 04: once the batching sweep has saved its first point, Kernel -> Interrupt as the
     menu does; the run stops at that cell with the interrupt shown, and no engine is left running (the sweep's
@@ -283,7 +274,7 @@ def interrupt_mid_sweep_then_resume(tag: str, results: Path, kept_rows: list):
         stopped = page.evaluate(ERROR_CELL)
         assert stopped["ename"] in ("KeyboardInterrupt", "CancelledError"), stopped
         assert "batching" in page.locator(".jp-Notebook .jp-Cell").nth(stopped["index"]).text_content(), stopped
-        assert not wait_until_engines_gone(tag), "an engine outlived Kernel -> Interrupt"
+        assert not wait_until_gone(tag, 60, alive=launchers), "an engine outlived Kernel -> Interrupt"
         launch(page, "notebook:run-all-below")
 
     return during
@@ -299,7 +290,7 @@ RUNNING_CELL = """(() => {
 def _slots_processing(tag: str) -> int:
     """Requests the llama.cpp servers of this JupyterLab's kernels are decoding now (their /slots)."""
     busy = 0
-    for port in listening_ports(_engines(tag)):
+    for port in listening_ports(launchers(tag)):
         with contextlib.suppress(httpx.HTTPError, ValueError):
             busy += sum(bool(s.get("is_processing")) for s in httpx.get(f"http://127.0.0.1:{port}/slots", timeout=5).json())
     return busy
@@ -317,7 +308,7 @@ def interrupt_mid_load_then_run_on(tag: str, cell_needle: str = "concurrency_swe
             return bool(running and cell_needle in running["source"] and _slots_processing(tag))
 
         wait_for(mid_load, 600, "the concurrency sweep's requests in the engine", 0.1)
-        engines = _engines(tag)
+        engines = launchers(tag)
         page.evaluate("window.jupyterapp.commands.execute('notebook:interrupt-kernel')")
         page.wait_for_function("window.labsRun.state !== 'running'", timeout=120_000)
         status = "window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status"
@@ -325,7 +316,7 @@ def interrupt_mid_load_then_run_on(tag: str, cell_needle: str = "concurrency_swe
         stopped = page.evaluate(ERROR_CELL)
         assert stopped["ename"] in ("KeyboardInterrupt", "CancelledError"), stopped
         assert cell_needle in page.locator(".jp-Notebook .jp-Cell").nth(stopped["index"]).text_content(), stopped
-        assert _engines(tag) == engines and len(engines) == 1, (engines, _engines(tag))
+        assert launchers(tag) == engines and len(engines) == 1, (engines, launchers(tag))
         wait_for(lambda: _slots_processing(tag) == 0, 60, "the interrupted requests to leave the engine", 0.2)
         launch(page, "notebook:run-all-below")
 
@@ -346,26 +337,19 @@ def restart_once_its_engine_runs_then(tag: str, after, start_needle: str = "stac
 
         def past_its_start() -> bool:
             running = page.evaluate(RUNNING_CELL)
-            return bool(running and start_needle not in running["source"] and len(_engines(tag)) == 1)
+            return bool(running and start_needle not in running["source"] and len(launchers(tag)) == 1)
 
         wait_for(past_its_start, 600, "the lab's engine running and a later cell started", 0.1)
         # the menu's item; it asks first, and its promise waits for the answer, so it is not awaited here
         page.evaluate("() => { window.jupyterapp.commands.execute('kernelmenu:restart'); }")
         page.locator(".jp-Dialog .jp-mod-accept").click()
-        assert not wait_until_engines_gone(tag), "an engine outlived Kernel -> Restart"
+        assert not wait_until_gone(tag, 60, alive=launchers), "an engine outlived Kernel -> Restart"
         status = "window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status"
         wait_for(lambda: page.evaluate(status) == "idle", 120, "the restarted kernel", 0.2)
         launch(page, "notebook:run-all-cells")
         after(page)
 
     return during
-
-
-def wait_until_engines_gone(tag: str, timeout_s: float = 60.0) -> list[int]:
-    deadline = time.monotonic() + timeout_s
-    while (left := _engines(tag)) and time.monotonic() < deadline:  # stop() waits for the group; /proc may lag
-        time.sleep(0.1)
-    return left
 
 
 def test_lab04_sweep_explorer_in_jupyterlab(jupyterlab):
@@ -479,9 +463,9 @@ def out_of_order(page, tag: str) -> None:
     stops the first run's engine: endpoints.lab_stack), and none after the last cell."""
     for _ in range(2):
         run_cell_alone(page, "stack = lab_stack()")
-        wait_for(lambda: len(_engines(tag)) == 1, 60, "exactly one engine", 0.2)
+        wait_for(lambda: len(launchers(tag)) == 1, 60, "exactly one engine", 0.2)
     run_cell_alone(page, "stack.close()")
-    assert not wait_until_engines_gone(tag), "an engine outlived the lab's last cell"
+    assert not wait_until_gone(tag, 60, alive=launchers), "an engine outlived the lab's last cell"
 
 
 def run_cell_alone(page, needle: str) -> None:

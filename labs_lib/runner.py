@@ -184,16 +184,29 @@ def _text_progress_in_kernels():
 
 
 def _kernel_manager_class() -> dict:
-    """nbclient's kernel manager with IPC sockets: same-machine only, no TCP ports (nor warnings about them).
+    """nbclient's kernel manager with IPC sockets: same-machine only, no TCP ports (nor warnings about them), each
+    kernel's sockets in a private folder of its own.
 
     nbclient still creates, owns and shuts down each kernel."""
     if os.name != "posix":
         return {}
     from jupyter_client.manager import AsyncKernelManager
-    from traitlets import CaselessStrEnum
+    from traitlets import CaselessStrEnum, default
 
     class IPCKernelManager(AsyncKernelManager):
         transport = CaselessStrEnum(["tcp", "ipc"], default_value="ipc")
+
+        @default("ip")
+        def _ip_default(self) -> str:
+            # jupyter_client's default, "kernel-ipc" in the kernel's working directory (notebooks/), numbers the
+            # sockets by the files already there; two runs starting kernels there at once take the same numbers,
+            # and one kernel then receives the other's messages
+            return str(Path(tempfile.mkdtemp(prefix="labs-kernel-")) / "ipc")
+
+        def cleanup_ipc_files(self) -> None:
+            super().cleanup_ipc_files()
+            with contextlib.suppress(OSError):
+                Path(self.ip).parent.rmdir()
 
     return {"kernel_manager_class": IPCKernelManager}
 

@@ -2,6 +2,7 @@
 
 import ast
 import os
+from pathlib import Path
 
 import pytest
 from conftest import assert_one_line_error, fake_key, run_cli
@@ -91,3 +92,62 @@ def test_kernels_of_a_headless_run_draw_text_bars_and_the_setting_goes_with_the_
             b.update(3)
         assert "sweep demo: 100%" in out.getvalue().split("\r")[-1]
     assert progress.ENV not in os.environ
+
+
+def test_two_kernels_never_share_a_socket_and_none_is_left_in_the_working_directory(tmp_path, monkeypatch):
+    """The runner's kernels talk over IPC sockets. Two kernel managers, as two runs started at once in one checkout
+    make them, write their connection files before either kernel binds: each gets sockets of its own, outside the
+    notebooks' folder, and its private folder goes when the kernel is cleaned up."""
+    monkeypatch.chdir(tmp_path)  # jupyter_client's default put the sockets here ("kernel-ipc-1" …)
+    manager_class = runner._kernel_manager_class()["kernel_manager_class"]
+    managers = [manager_class(kernel_name="python3") for _ in range(2)]
+    sockets = []
+    for km in managers:
+        km.write_connection_file()
+        sockets.append({f"{km.ip}-{port}" for port in km.ports})
+    try:
+        assert not sockets[0] & sockets[1], sockets
+        assert all(Path(s).is_absolute() and Path(s).parent != tmp_path for s in sockets[0] | sockets[1])
+    finally:
+        for km in managers:
+            km.cleanup_connection_file()
+            km.cleanup_ipc_files()
+    assert not any(Path(next(iter(s))).parent.exists() for s in sockets)
+
+
+@pytest.mark.notebook
+def test_two_runs_started_together_in_one_folder_each_run_their_own_kernel(tmp_path):
+    """Two `labs run`s started at the same moment (a lab run beside a test run, two terminals) in one folder: each
+    notebook runs in its own kernel and prints what it was given."""
+    import subprocess
+    import sys
+
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    go = tmp_path / "go"
+    for name in ("a", "b"):
+        nb = new_notebook(cells=[new_code_cell(f"print('ran {name}')")])
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nbformat.write(nb, str(tmp_path / f"9{name}_side_by_side.ipynb"))
+    script = (
+        "import sys, time\nfrom pathlib import Path\nfrom labs_lib import runner\n"
+        "while not Path(sys.argv[2]).exists(): time.sleep(0.01)\n"  # both wait for one moment to start
+        "r = runner.run_series([Path(sys.argv[1])], out_dir=Path(sys.argv[1]).parent / Path(sys.argv[1]).stem,"
+        " progress=False)[0]\nprint(r.status, r.error)"
+    )
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(tmp_path / f"9{name}_side_by_side.ipynb"), str(go)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for name in ("a", "b")
+    ]
+    go.touch()
+    printed = [run.communicate(timeout=300)[0] for run in runs]
+    for name, text in zip(("a", "b"), printed, strict=True):
+        assert "ok None" in text, text
+        executed = (tmp_path / f"9{name}_side_by_side" / f"9{name}_side_by_side.ipynb").read_text()
+        assert f"ran {name}" in executed

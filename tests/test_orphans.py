@@ -235,6 +235,9 @@ def test_sweep_mid_point(sig, tmp_path):
 @pytest.mark.parametrize("sig", SIGNALS)
 def test_runner_mid_notebook(sig, tmp_path):
     runner_then_signal(SIGNALS[sig], tmp_path, f"runner-llamacpp-{sig}-{os.getpid()}")
+    # the kernel's sockets are in a folder of its own: a killed run leaves none in the checkout (jupyter_client's
+    # default put kernel-ipc-<n> files in notebooks/, where no cleanup reached them after SIGTERM or SIGKILL)
+    assert not list((REPO / "notebooks").glob("kernel-ipc-*"))
 
 
 def at_once(cases: dict[str, Callable[[], None]]) -> dict[str, str]:

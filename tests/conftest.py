@@ -298,6 +298,16 @@ def wait_for(condition, timeout_s: float, what: str, poll_s: float = 0.05):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def write_notebook(path, *sources: str) -> None:
+    """A notebook at `path` whose code cells hold `sources`, on the plain python3 kernel (for the runner's own tests)."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    nb = new_notebook(cells=[new_code_cell(s) for s in sources])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, str(path))
+
+
 def wait_until_gone(tag: str, timeout_s: float = 20.0, alive=tagged_pids) -> list[int]:
     """Tagged processes still alive after timeout_s (empty: all gone); `alive` narrows them (launchers: engines)."""
     deadline = time.monotonic() + timeout_s

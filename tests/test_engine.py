@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import REPO, as_from_a_terminal, fake_key, launchers, wait_until_gone
+from conftest import REPO, as_from_a_terminal, fake_key, launchers, wait_until_gone, write_notebook
 
 from labs_lib.engines import EngineConfig, port_is_free
 from labs_lib.engines.llamacpp import LlamaCppEngine, first_error, parse_allocation
@@ -342,15 +342,6 @@ def _is_launcher_of(pid: int, parent: int) -> bool:
     return int(stat.split(")")[-1].split()[1]) == parent and b"llamacpp_launcher" in cmd
 
 
-def _notebook(path, *sources: str) -> None:
-    import nbformat
-    from nbformat.v4 import new_code_cell, new_notebook
-
-    nb = new_notebook(cells=[new_code_cell(s) for s in sources])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, str(path))
-
-
 def test_a_run_reads_its_own_engine_starts_and_no_log_of_the_last_hour_is_pruned(tmp_path, monkeypatch):
     """Two runs side by side (two test runs, a lab beside a test) each count their own engine starts, and one run's pruning never
     takes a log the other may still read."""
@@ -386,7 +377,7 @@ def test_no_engine_outlives_a_notebook_run(tmp_path, monkeypatch, own_tag, last_
 
     monkeypatch.setattr(runner, "CELL_TIMEOUT_S", 20)
     nb = tmp_path / "99_engine_lifecycle.ipynb"
-    _notebook(
+    write_notebook(
         nb,
         "from labs_lib.engines.llamacpp import LlamaCppEngine\nengine = LlamaCppEngine().start()\nprint(engine.pid)",
         last_cell,

@@ -5,7 +5,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import assert_one_line_error, fake_key, run_cli
+from conftest import assert_one_line_error, fake_key, run_cli, write_notebook
 
 from labs_lib import runner
 from labs_lib.errors import BadInput
@@ -122,14 +122,9 @@ def test_two_runs_started_together_in_one_folder_each_run_their_own_kernel(tmp_p
     import subprocess
     import sys
 
-    import nbformat
-    from nbformat.v4 import new_code_cell, new_notebook
-
     go = tmp_path / "go"
     for name in ("a", "b"):
-        nb = new_notebook(cells=[new_code_cell(f"print('ran {name}')")])
-        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-        nbformat.write(nb, str(tmp_path / f"9{name}_side_by_side.ipynb"))
+        write_notebook(tmp_path / f"9{name}_side_by_side.ipynb", f"print('ran {name}')")
     script = (
         "import sys, time\nfrom pathlib import Path\nfrom labs_lib import runner\n"
         "while not Path(sys.argv[2]).exists(): time.sleep(0.01)\n"  # both wait for one moment to start

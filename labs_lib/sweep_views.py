@@ -104,13 +104,18 @@ def failures(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"config": label(df).loc[bad.index], "error": bad["error"]}).reset_index(drop=True)
 
 
-def batching_beside_article(table: pd.DataFrame, article: pd.DataFrame) -> pd.DataFrame | None:
-    """Seed 002's batching table (columns concurrency, a_tok_s, b_tok_s, a_ttft_p99_ms, b_ttft_p99_ms) beside the
-    same ratios measured: throughput of the most slots over the fewest (B/A), and TTFT p99 the other way (A/B), per
-    concurrency. None when fewer than two configurations were measured; attrs["configs"]: (fewest, most)."""
+def batching_beside_article(table: pd.DataFrame, article: pd.DataFrame | None = None) -> pd.DataFrame | None:
+    """An article's batching table (columns concurrency, a_tok_s, b_tok_s, a_ttft_p99_ms, b_ttft_p99_ms; None: seed
+    002's, as published) beside the same ratios measured: throughput of the most slots over the fewest (B/A), and
+    TTFT p99 the other way (A/B), per concurrency. None when fewer than two configurations were measured;
+    attrs["configs"]: (fewest, most)."""
     configs = sorted(table.config.unique())
     if len(configs) < 2:
         return None
+    if article is None:
+        from .claims import claim
+
+        article = pd.DataFrame(claim("s002-conc32-throughput")["table"])
     one, many = configs[0], configs[-1]
     claimed = pd.DataFrame(
         {

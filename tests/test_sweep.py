@@ -652,6 +652,8 @@ def test_batching_beside_article_sets_the_measured_ratios_beside_seed_002s():
     assert compared.loc[32, "B/A throughput (article)"] == 245.0 / 61.0 and pd.isna(compared.loc[32, "B/A throughput (measured)"])
     assert compared.loc[1, "B/A throughput (measured)"] == 1.1 and pd.isna(compared.loc[1, "B/A throughput (article)"])
     assert batching_beside_article(measured[measured.config == "parallel=1"], article) is None
+    published = batching_beside_article(measured).set_index("concurrency")  # no table given: seed 002's own
+    assert published.loc[32, "B/A throughput (article)"] == 245 / 61 and published.loc[4, "B/A throughput (measured)"] == 3.0
 
 
 def test_lab04s_experiments_say_in_one_line_why_a_grid_does_not_run(tmp_path, capsys):

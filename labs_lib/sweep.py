@@ -60,6 +60,9 @@ from .timing import RequestSpec
 
 SCHEMA = "labs-sweep/1"
 CONFIG_FIELDS = {f.name for f in dataclasses.fields(EngineConfig)}
+# what a point keeps of each request: what an SLO reads (lab 04 computes goodput again from them, with the
+# participant's function); the summary holds the rest
+REQUEST_FIELDS = ("ttft_ms", "tpot_ms", "e2e_ms", "output_tokens", "error")
 YOUR_EXPERIMENT = ("knob", "values", "concurrency", "long_prompt_tokens", "slo_ttft_ms", "slo_tpot_ms")
 MAX_YOUR_POINTS = 4  # values, and load levels: each value is an engine start
 
@@ -539,6 +542,7 @@ async def _run_point(engine, kind: str, point: Point, slo: SLO | None, timeout_s
         }
     row["summary"] = summary
     row["errors"] = result.summary.errors
+    row["requests"] = [{k: getattr(r, k) for k in REQUEST_FIELDS} for r in result.records]
     return row
 
 

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pandas as pd
 
 from .engines import engine_class
 from .engines.metrics import cache_hit_rate
 from .errors import BadInput
 from .kv_math import MIB, kv_cache
+from .load import SLO
 from .scheduler import ScheduleStep, StepCost, simulate
+from .timing import RequestRecord
 
 LOAD_COLUMNS = {
     "summary.output_throughput": "tok/s",
@@ -242,6 +246,20 @@ def scheduled_beside_measured(df: pd.DataFrame | None, step: ScheduleStep) -> pd
              point["summary.p50_tpot_ms"], predicted.tpot_p50_ms, point["summary.output_throughput"], predicted.tok_s]
         )  # fmt: skip
     return pd.DataFrame(rows, columns=columns)
+
+
+def with_goodput(df: pd.DataFrame | None, goodput: Callable, slo: SLO) -> pd.DataFrame | None:
+    """`df` (a sweep's results) with each measured point's goodput (summary.goodput, requests/s) computed again by
+    `goodput(records, slo, duration_s)` from the requests the point kept; a point saved without them (a results file
+    from before they were kept) keeps the figure it recorded."""
+    if df is None or "requests" not in df:
+        return df
+    out = df.copy()
+    for i, row in out.iterrows():
+        if row.get("status") == "ok" and isinstance(row["requests"], list):
+            records = [RequestRecord(**request) for request in row["requests"]]
+            out.at[i, "summary.goodput"] = goodput(records, slo, float(row["summary.duration_s"]))
+    return out
 
 
 def best_by_goodput(df: pd.DataFrame) -> pd.Series | None:

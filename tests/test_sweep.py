@@ -17,6 +17,7 @@ from labs_lib.errors import BadInput
 from labs_lib.load import SLO, run_blocking
 from labs_lib.paths import DATA_DIR
 from labs_lib.sweep import SCHEMA, load_grid, read_rows, run_sweep
+from labs_lib.sweep_views import with_goodput
 
 TINY = {
     "name": "tiny",
@@ -114,6 +115,11 @@ def test_sweep_runs_writes_rows_and_resumes(tmp_path):
     assert len(df) == 2 and (df["status"] == "ok").all()
     assert list(df["level.concurrency"]) == [1, 2] and (df["summary.completed"] == 2).all()
     assert (df["allocation.n_ctx"] == 1024).all() and (df["metrics.llamacpp:tokens_predicted_total"] >= 8).all()
+    # each request's outcome kept, so goodput can be computed again (lab 04, with the participant's function)
+    assert [len(r) for r in df["requests"]] == [2, 2] and all(q["error"] is None and q["ttft_ms"] > 0 for q in df["requests"][0])
+    from labs_lib.cores.lab04 import goodput
+
+    assert (with_goodput(df, goodput, SLO())["summary.goodput"] == df["summary.request_throughput"]).all()  # no limits
     first = read_rows(out)
     again = run_blocking(run_sweep(load_grid(TINY), out, progress=False))
     assert len(again) == 2 and read_rows(out) == first  # nothing re-run
@@ -620,6 +626,42 @@ def test_the_kv_dtype_share_reads_what_each_engine_allocated():
     )
     assert kv_bytes_share(vllm) == ("fp8", 0.5)
     assert kv_bytes_share(vllm.iloc[:1]) is None and kv_bytes_share(None) is None
+
+
+def test_with_goodput_computes_each_points_goodput_again_from_its_requests_by_the_function_given():
+    """Lab 04 section 8: the batching sweep's goodput again, by the participant's function, from each point's kept
+    requests; a point saved without them keeps its figure, and a failed point stays as it was."""
+    import pandas as pd
+
+    from labs_lib.cores.lab04 import goodput
+    from labs_lib.load import SLO
+    from labs_lib.sweep_views import best_by_goodput, with_goodput
+
+    fast = {"ttft_ms": 100.0, "tpot_ms": 20.0, "e2e_ms": 240.0, "output_tokens": 8, "error": None}
+    slow = {**fast, "ttft_ms": 900.0}
+    df = pd.DataFrame(
+        {
+            "status": ["ok", "ok", "ok", "failed"],
+            "config.parallel": [1, 4, 8, 16],
+            "level.concurrency": [4, 4, 4, 4],
+            "summary.duration_s": [2.0, 2.0, 2.0, None],
+            "summary.goodput": [9.0, 9.0, 7.0, None],
+            "summary.output_throughput": [10.0, 20.0, 30.0, None],
+            "requests": [[fast, fast, slow, fast], [fast, slow, slow, slow], float("nan"), float("nan")],
+        }
+    )
+    seen = []
+
+    def counting(records, slo, duration_s):
+        seen.append((len(records), duration_s))
+        return goodput(records, slo, duration_s)
+
+    again = with_goodput(df, counting, SLO(ttft_ms=200))
+    assert seen == [(4, 2.0), (4, 2.0)]  # the points that kept requests, and only those
+    assert again["summary.goodput"].tolist()[:3] == [1.5, 0.5, 7.0] and pd.isna(again["summary.goodput"][3])
+    assert df["summary.goodput"].tolist()[:3] == [9.0, 9.0, 7.0]  # the sweep's own table is left as it was
+    assert best_by_goodput(again)["config"] == "parallel=8"  # kept its recorded 7.0, the most
+    assert with_goodput(df.drop(columns="requests"), counting, SLO()) is not None and len(seen) == 2
 
 
 def test_batching_beside_article_sets_the_measured_ratios_beside_seed_002s():

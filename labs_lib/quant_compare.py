@@ -214,13 +214,15 @@ async def compare_models(models: list[dict], *, settings: QuantSettings | None =
             continue
         rows.append({**row, "status": "ok", "error": ""})
         scored.append((len(rows) - 1, scores))
+    reference = str(config_labels(pd.DataFrame([rows[scored[0][0]]])).iloc[0]) if scored else ""
     for i, scores in scored:  # agreement with the first configuration that ran
-        rows[i] |= agreement(scored[0][1], scores, settings.scorers.kl)
+        rows[i] |= {**agreement(scored[0][1], scores, settings.scorers.kl), "reference": reference}
     return pd.DataFrame(rows)
 
 
 # which way is better; kl, delta_nll and perplexity_ratio are against the reference and carry 95% intervals
 QUALITY = {"perplexity": "lower", "kl": "lower", "delta_nll": "lower", "perplexity_ratio": "lower", "top1_agreement": "higher"}
+AGAINST_REFERENCE = ("kl", "delta_nll", "perplexity_ratio", "top1_agreement")  # the reference scores itself perfectly
 
 
 def kv_slots_within(kv_mib: float, settings: QuantSettings, kv_dtype: str, model: str = "gemma-3-270m") -> int:
@@ -285,7 +287,10 @@ def config_labels(df: pd.DataFrame) -> pd.Series:
 
 
 def rank(df: pd.DataFrame, column: str = "perplexity") -> list[str]:
-    """Rows from best to worst by a quality column (measured, not assumed), named by config_labels."""
+    """Rows from best to worst by a quality column (measured, not assumed), named by config_labels. On a measure
+    taken against the reference (AGAINST_REFERENCE), the reference's own row is left out: it wins by definition."""
+    if column in AGAINST_REFERENCE and "reference" in df:
+        df = df[(config_labels(df) != df["reference"]).to_numpy()]
     ordered = df.sort_values(column, ascending=QUALITY.get(column, "lower") == "lower", kind="stable")
     return list(config_labels(ordered))
 

@@ -293,9 +293,10 @@ class LatencyState:
             if self.percentile > 100 - 100 / max(self.values - 1, 1)
             else ""
         )
+        chosen = "" if self.percentile == 50 else f" · {p} <b>{self.percentile_ms:,.1f} ms</b>"  # p50 is shown anyway
         return (
             f"<div class='latency-readout'>c={self.concurrency}: {self.completed} requests, {self.values} {name} values · "
-            f"p50 <b>{self.p50_ms:,.1f} ms</b> · {p} <b>{self.percentile_ms:,.1f} ms</b> · max {self.max_ms:,.1f} ms · "
+            f"p50 <b>{self.p50_ms:,.1f} ms</b>{chosen} · max {self.max_ms:,.1f} ms · "
             f"{self.output_throughput or 0:,.1f} output tokens/s{tail}</div>"
         )
 
@@ -393,13 +394,16 @@ class QuantExplorer(_Explorer):
         v = self.values()
         rows = self.results.loc[list(v["chosen"])]
         quality = v["quality"]
-        self.best = rank(rows, quality)[0] if len(rows) else None
+        ranked = rank(rows, quality)
+        self.best = ranked[0] if ranked else None
+        unranked = [label for label in rows.index if label not in ranked]
+        why = f" ({', '.join(unranked)}: the reference, {quality} is measured against it)" if unranked else ""
         self.figure.value = _png(plots.quant_tradeoff_figure(rows, quality))
         shown = ("file_MiB", "rss_MiB", "kv_MiB", "tpot_p50_ms", quality, f"{quality}_ci_low", f"{quality}_ci_high", "reference")
         columns = [c for c in shown if c in rows]
         table = rows[columns].round(3).to_html(classes="quant-table", border=0) if len(rows) else ""
         self.readout.value = (
             f"<div class='quant-readout'>{len(rows)} configurations; best by {quality} ({QUALITY[quality]} is better): "
-            f"<b>{self.best or '-'}</b>{table}</div>"
+            f"<b>{self.best or '-'}</b>{why}{table}</div>"
         )
         return self.best

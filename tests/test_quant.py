@@ -153,6 +153,7 @@ def test_quality_ranks_as_measured():
     assert ppl["Q4_0-PURE/f16"] > ppl["Q8_0/f16"] * 1.05  # naive 4-bit, embedding included, loses measurably
     order = rank(df)
     assert [ppl[k] for k in order] == sorted(ppl.values())
+    assert sorted(rank(df, "kl")) == sorted(set(ppl) - {"Q8_0/f16"})  # the reference: KL 0 against itself, not ranked
     kv = df.set_index(["variant", "kv_dtype"])
     assert kv.loc[("Q8_0", "q4_0"), "kv_MiB"] < kv.loc[("Q8_0", "f16"), "kv_MiB"] / 3
     assert kv.loc[("Q8_0", "f16"), "delta_nll"] == 0 and kv.loc[("Q8_0", "f16"), "top1_agreement"] == 1

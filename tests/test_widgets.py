@@ -199,7 +199,8 @@ def test_the_latency_explorer_reads_the_measured_records(measured_runs):
         if v["percentile"] in (50, 90, 99):  # and the run's Summary, where it has that percentile
             stats = getattr(by_level[v["concurrency"]].summary, f"{v['metric']}_ms")
             assert s.percentile_ms == pytest.approx(getattr(stats, f"p{v['percentile']}")), name
-        assert f"{s.percentile_ms:,.1f} ms" in explorer.readout.value, name
+        assert f"p{v['percentile']:g} <b>{s.percentile_ms:,.1f} ms</b>" in explorer.readout.value, name
+        assert explorer.readout.value.count("p50 ") == 1, name  # p50 chosen: shown once, not twice
         tail = v["percentile"] > 100 - 100 / (len(values) - 1)
         assert ("set by the two slowest" in explorer.readout.value) == tail, (name, len(values))
         assert explorer.draws == draws + 1 and explorer.figure.value != before, f"no redraw after {name}"
@@ -242,15 +243,18 @@ def test_the_quant_explorer_compares_the_chosen_configurations(compared):
         ("chosen", labels[1:4]),
         ("quality", "delta_nll"),
         ("quality", "kl"),
+        ("chosen", labels[:3]),  # the reference among them: on KL it is not the best, it is what KL is measured against
     ]
     for name, value in changes:
         before, draws = explorer.figure.value, explorer.draws
         explorer.controls[name].value = value
         v = explorer.values()
         rows = compared.set_index(config_labels(compared)).loc[list(v["chosen"])]
-        best = rows[v["quality"]].idxmin() if QUALITY[v["quality"]] == "lower" else rows[v["quality"]].idxmax()
+        against = rows[rows.index != rows.reference] if v["quality"] != "perplexity" else rows  # only perplexity is not
+        best = against[v["quality"]].idxmin() if QUALITY[v["quality"]] == "lower" else against[v["quality"]].idxmax()
         assert explorer.best == best and f"<b>{best}</b>" in explorer.readout.value, name
         assert f"{len(rows)} configurations" in explorer.readout.value
+        assert (f"{compared.reference[0]}: the reference" in explorer.readout.value) == (len(against) < len(rows)), name
         assert explorer.draws == draws + 1 and explorer.figure.value != before, f"no redraw after {name}"
     assert "kl_ci_low" in explorer.readout.value and "kl_ci_high" in explorer.readout.value  # the interval is shown
     explorer.controls["chosen"].value = []

@@ -480,13 +480,32 @@ def _interrupt_at_once():
 
 
 async def prefill_tokens_per_s(endpoint: Endpoint, prompts: list[str], *, extra: dict | None = None) -> float | None:
-    """Median prefill speed (prompt tokens/s) by the server's own prompt timings, one uncached prompt at a time
-    (`extra`: the engine's uncached_body). Long prompts run the kernels at their best, so this is the compute
-    roof the roofline compares decode with. None when the server reports no prompt timings (vLLM does not)."""
+    """Prefill speed (prompt tokens/s) by the server's own clocks, one uncached prompt at a time (`extra`: the
+    engine's uncached_body): the median of its per-request prompt timings (llama.cpp), else its prompt tokens over
+    the prefill seconds of its /metrics histogram (vLLM's vllm:request_prefill_time_seconds, scheduled to first
+    token). Long prompts run the kernels at their best, so this is the compute roof the roofline compares decode
+    with. None when the server reports neither, or its histogram counted requests other than these."""
+    from .engines.metrics import delta, scrape
+
+    def metrics() -> dict[str, float] | None:
+        try:
+            return scrape(endpoint.root_url, endpoint.headers(), timeout_s=5.0)
+        except (httpx.HTTPError, ValueError):  # a remote API serves no /metrics
+            return None
+
     specs = [RequestSpec(p, 1, extra=extra or {}) for p in prompts]
+    before = metrics()
     records = (await run_load(endpoint, specs, concurrency=1, progress=False)).records
     rates = [r.prompt_tokens * 1000 / r.server_prompt_ms for r in records if r.ok and r.prompt_tokens and r.server_prompt_ms]
-    return float(np.median(rates)) if rates else None
+    if rates:
+        return float(np.median(rates))
+    after = metrics() if before is not None else None
+    ok = [r for r in records if r.ok and r.prompt_tokens]
+    counted = delta(before, after) if before is not None and after is not None else {}
+    seconds = counted.get("vllm:request_prefill_time_seconds_sum", 0.0)
+    if not ok or seconds <= 0 or counted.get("vllm:request_prefill_time_seconds_count") != len(ok):
+        return None
+    return sum(r.prompt_tokens or 0 for r in ok) / seconds
 
 
 def _histogram_mean_ms(d: dict[str, float], name: str) -> float | None:

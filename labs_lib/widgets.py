@@ -369,6 +369,7 @@ class QuantExplorer(_Explorer):
         self.results = results.set_index(config_labels(results))
         measures = [q for q in QUALITY if q in results and results[q].notna().any()]
         default = list(self.results[self.results.kv_dtype.isin(["f16", "auto"])].index)  # the weight variants
+        default = default if len(default) > 1 else list(self.results.index)  # one (the reference): nothing to set beside it
         self.controls = {
             "chosen": w.SelectMultiple(
                 options=list(self.results.index),
@@ -385,7 +386,7 @@ class QuantExplorer(_Explorer):
         """The weight variants, then the first and last two configurations, then by top-1 agreement."""
         labels = list(self.results.index)
         quality = [{"quality": "top1_agreement"}] if "top1_agreement" in self.controls["quality"].options else []
-        return [{}, {"chosen": labels[:1] + labels[-2:]}, *quality]
+        return [{}, {"chosen": list(dict.fromkeys(labels[:1] + labels[-2:]))}, *quality]
 
     def update(self) -> str | None:
         """Redraw for the chosen rows; returns the best of them by the chosen quality measure (None if none)."""
@@ -403,7 +404,8 @@ class QuantExplorer(_Explorer):
         columns = [c for c in shown if c in rows]
         table = rows[columns].round(3).to_html(classes="quant-table", border=0) if len(rows) else ""
         self.readout.value = (
-            f"<div class='quant-readout'>{len(rows)} configurations; best by {quality} ({QUALITY[quality]} is better): "
+            f"<div class='quant-readout'>{len(rows)} configuration{'' if len(rows) == 1 else 's'}; best by {quality} "
+            f"({QUALITY[quality]} is better): "
             f"<b>{self.best or '-'}</b>{why}{table}</div>"
         )
         return self.best

@@ -89,6 +89,14 @@ def _shows_what_every_run_must(executed: dict, lab: str, outputs: str, as_writte
     if fix_its:  # filled in, each snippet's fix works; as written, each snippet fails and is diagnosed
         assert outputs.count(": fails: " if as_written else ": works: the reply is") >= len(fix_its), lab
     assert not [o for c in executed["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    # a check that prints its verdict shows no bare echo of its return value under it
+    echoes = [
+        "".join(c["source"]).splitlines()[-1]
+        for c in executed["cells"]
+        for o in c.get("outputs", [])
+        if o.get("output_type") == "execute_result" and "".join(o["data"].get("text/plain", "")) in ("True", "False", "None")
+    ]
+    assert not echoes, echoes
     # progress bars drawn as text (the runner's LABS_PROGRESS): a widget would be saved at its first frame, "0%"
     widgets = [
         o

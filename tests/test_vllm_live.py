@@ -149,6 +149,21 @@ def test_ttft_parts_show_vllms_queue_once_requests_outnumber_its_sequences(vllm)
     assert parts["queue_ms"] + parts["prefill_ms"] <= parts["ttft_ms"] and parts["rest_ms"] >= 0, parts
 
 
+def test_prefill_speed_from_vllms_own_histogram(vllm):
+    """vLLM reports no per-request prompt timings; the prefill speed (lab 03's compute roof, lab 05's prefill_tok_s)
+    comes from its prefill-time histogram instead: the prompts' tokens over their prefill seconds, which sit inside
+    each request's TTFT, so the speed is at least the prompt tokens over the TTFTs."""
+    from labs_lib.load import prefill_tokens_per_s
+
+    prompts = PromptFactory(vllm.prompt_tokenizer(), seed=11).prompts(2, 256)
+    speed = run_blocking(prefill_tokens_per_s(endpoint_for(vllm), prompts))
+    assert speed is not None and speed > 0
+    others = PromptFactory(vllm.prompt_tokenizer(), seed=12).prompts(2, 256)  # as long, and not in vLLM's prefix cache
+    timed = run_blocking(run_load(endpoint_for(vllm), [RequestSpec(p, 1) for p in others], concurrency=1, progress=False))
+    floor = sum(r.prompt_tokens or 0 for r in timed.records) * 1000 / sum(r.ttft_ms or 0 for r in timed.records)
+    assert speed >= 0.5 * floor, (speed, floor)  # the histogram in seconds, not ms, and over these prompts alone
+
+
 def test_64_concurrent_streams_against_max_num_seqs_4(vllm):
     result = run_blocking(
         run_load(endpoint_for(vllm), specs(64, 8, "Name a colour."), concurrency=64, progress=False, timeout_s=900)

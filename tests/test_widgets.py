@@ -288,3 +288,22 @@ def test_without_widgets_the_explorer_walks_its_tour_through_its_controls(explor
     assert [type(o).__name__ for o in shown] == ["Image"] and shown[0].data == explorer.figure.value
     explorer.show(True)
     assert shown[-1] is explorer.box
+
+
+def test_the_quant_explorer_on_vllms_comparison_starts_with_both_rows():
+    """vLLM on CPU at quick size compares one weights configuration (the reference) with an fp8 KV cache: the
+    explorer starts with both rows chosen, not the reference alone, and its tour chooses no row twice."""
+    import pandas as pd
+
+    from labs_lib.quant_compare import config_labels
+    from labs_lib.widgets import QuantExplorer
+
+    compared = pd.read_csv(Path(__file__).parent / "fixtures" / "quant" / "configurations-vllm-quick.csv")
+    explorer = QuantExplorer(compared, quality="kl")
+    assert list(explorer.values()["chosen"]) == list(config_labels(compared)) and len(compared) == 2
+    assert "2 configurations;" in explorer.readout.value
+    for step in explorer.tour():
+        chosen = step.get("chosen", [])
+        assert len(chosen) == len(set(chosen)), step
+    explorer.controls["chosen"].value = list(config_labels(compared))[:1]
+    assert "1 configuration;" in explorer.readout.value

@@ -642,3 +642,15 @@ def test_the_runner_fills_each_fix_it_cell_with_its_fix():
     assert {"".join(c["source"]) if isinstance(c["source"], list) else c["source"] for c in fix_its} == set(cores.FIXES.values())
     with pytest.raises(BadInput, match="fix-it cell"):
         cores.fill_in([{"cell_type": "code", "metadata": {"tags": [cores.FIX_TAG]}, "source": "def other():\n    pass"}])
+
+
+def test_whose_reads_as_a_pronoun_in_every_lab():
+    """cores.whose() says "yours" or "the library's": a pronoun, so the labs print it after the function's name
+    ("closed_loop (yours)"), never before it ("yours closed_loop" is how lab 06 printed it)."""
+    misused = [
+        (nb.name, found.group(0))
+        for nb in sorted((REPO / "notebooks").glob("*.ipynb"))
+        for cell in json.loads(nb.read_text())["cells"]
+        for found in re.finditer(r"\{cores\.whose\([^)]*\)\} [A-Za-z_]\w*", "".join(cell["source"]))
+    ]
+    assert not misused, misused

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 from .engines.registry import CHOICES, engine_class, resolve_kind
@@ -192,7 +193,18 @@ def lab05(*, engine, variants, kv_dtypes, eval_tokens, gpu_models, quick, intera
     if quick:
         p.variants = [v for v in names if v in (ORIGINAL, "F16", "Q8_0", "Q4_0", "Q4_0-PURE")] or names[:2]
         p.eval_tokens = min(p.eval_tokens, 128)
+    # what section 3 compares on this engine: llama.cpp's weight files and KV dtypes, or vLLM's configurations
+    p.compared = (
+        f"weights {', '.join(p.variants)}; KV {', '.join(p.kv_dtypes)}"
+        if p.weight_variants
+        else "configurations: " + "; ".join(_fields(m) or "as served" for m in p.vllm_models)
+    )
     return p
+
+
+def _fields(config: dict) -> str:
+    """One vLLM configuration of lab 05, as its fields (a model by its name, not its path)."""
+    return ", ".join(f"{k}={Path(str(v)).name if k == 'model' else v}" for k, v in config.items())
 
 
 def lab06(*, ctx_per_request, quick) -> SimpleNamespace:

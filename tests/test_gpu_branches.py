@@ -62,6 +62,8 @@ def test_on_a_gpu_auto_is_vllm_and_the_labs_take_the_gpu_grids_and_models(on_a_g
     )
     assert lab05.vllm_models == [dict(m) for m in GPU_MODEL_FAMILIES["shipped"]] and not lab05.weight_variants
     assert lab05.vllm_note == ""  # quick leaves nothing out on a GPU: the card starts them in seconds, not minutes
+    assert lab05.compared.startswith("configurations: ") and "Q4_K_M" not in lab05.compared, lab05.compared
+    assert "quantization=" in lab05.compared and "kv_cache_dtype=fp8" in lab05.compared, lab05.compared
     on_a_gpu["cards"] = []  # a CUDA vLLM but no card answering: auto is the embedded engine
     assert registry.resolve_kind("auto") == "llamacpp"
 

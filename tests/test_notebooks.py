@@ -151,6 +151,7 @@ def test_notebook_runs_headlessly(notebook, tmp_path, canaries, capsys, monkeypa
             assert "a vLLM started without --api-key served every key here, so a 401 from it never means" in outputs
             assert "The placeholder is there for the SDK, which refuses to build a client without a key" in outputs
             assert "measured: HTTP 404" in outputs  # the vLLM column of section 10's comparison, from vLLM itself
+            assert "or decreasing `max_model_len`" in outputs  # the refused start's reason, with vLLM's fix, whole
 
 
 @pytest.mark.notebook

@@ -242,6 +242,29 @@ def test_a_refused_cpu_start_is_reported_by_its_root_cause():
     assert diagnose(reason).code == "engine_memory"
 
 
+def test_a_refusal_keeps_vllms_fix_as_far_as_the_user_sees_it():
+    """vLLM's refusal of a max_model_len its pool cannot hold ends with its fix, about 560 characters in: the
+    engine's reason keeps it, and so does what lab 06 shows of the failed start (its log's path after it). A longer
+    failure is cut at a word, and says so."""
+    from labs_lib.doctor.troubleshoot import ERROR_CHARS, attempt
+    from labs_lib.engines.vllm import first_error
+
+    reason = first_error((VLLM / "startup_refused_max_model_len_0.32.0.log").read_text())
+    assert reason.startswith("ValueError: To serve at least one request") and reason.endswith("for more details."), reason
+
+    def refused():
+        raise RuntimeError(f"vllm failed to start: {reason} (log: /root/.cache/llm-inference-labs/logs/vllm-1.log)")
+
+    seen = attempt("max_model_len 32768 in 0.02 GiB", refused).error
+    assert "or decreasing `max_model_len` when initializing the engine" in seen and seen.endswith("vllm-1.log)"), seen
+
+    def long_failure():
+        raise RuntimeError("word " * 400)
+
+    cut = attempt("a long failure", long_failure).error
+    assert len(cut) <= ERROR_CHARS and cut.endswith("word …"), cut[-20:]
+
+
 def test_cpu_kv_pool_is_its_own_flag():
     args = serve_args(EngineConfig(kv_cache_gib=0.5))
     assert dict(itertools.pairwise(args))["--kv-cache-memory-bytes"] == str(2**29)

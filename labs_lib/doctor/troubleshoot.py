@@ -4,6 +4,7 @@ on vLLM; the doctor's reports as rows; the articles' connection claims judged.""
 from __future__ import annotations
 
 import json
+import textwrap
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,6 +14,8 @@ import pandas as pd
 from ..redact import redact
 from .report import Report
 from .rules import Diagnosis, diagnose, status_and_text
+
+ERROR_CHARS = 1000  # what the user sees of a failure: a vLLM refusal (engines.vllm.REASON_CHARS) and its log's path
 
 Classify = Callable[[int | None, str], str]  # (HTTP status or None, the words that came back) -> a failure's code
 
@@ -61,7 +64,7 @@ def attempt(what: str, call: Callable[[], object]) -> Outcome:
             False,
             None,
             f"{cls.__module__}.{cls.__qualname__}",
-            redact(str(exc))[:300],
+            textwrap.shorten(redact(exc), ERROR_CHARS, placeholder=" …"),  # whole words: vLLM's suggested fix comes last
             diagnose(exc),
             time.perf_counter() - start,
             status,

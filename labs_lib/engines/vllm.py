@@ -456,6 +456,9 @@ _EXCEPTION = re.compile(r"\b([A-Z]\w*(?:Error|Exception)): (.+)")
 _WRAPPERS = ("Engine core initialization failed", "EngineDeadError", "Worker failed", "See root cause")
 
 
+REASON_CHARS = 800  # a vLLM refusal ends with its fix ("Try increasing `gpu_memory_utilization` …"), at about 560 characters
+
+
 def first_error(text: str) -> str:
     """vLLM's own reason for a failed start: the first exception that does not merely wrap another (the
     worker's ValueError, not the API server's "Engine core initialization failed"), else the last
@@ -464,16 +467,16 @@ def first_error(text: str) -> str:
         m = _EXCEPTION.search(line)
         raised = m is not None and ("ERROR" in line or line.lstrip().startswith(m.group(1)))  # not a WARNING naming one
         if m is not None and raised and not any(w in line for w in _WRAPPERS):
-            return f"{m.group(1)}: {m.group(2).strip()}"[:400]
+            return f"{m.group(1)}: {m.group(2).strip()}"[:REASON_CHARS]
     candidates = [
         ln.strip()
         for ln in text.splitlines()
         if re.search(r"\b(Error|error:|ERROR|unrecognized arguments|CUDA out of memory|No available memory)", ln)
     ]
     if candidates:
-        return candidates[-1][-400:]
+        return candidates[-1][-REASON_CHARS:]
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return lines[-1][-400:] if lines else "no output"
+    return lines[-1][-REASON_CHARS:] if lines else "no output"
 
 
 _BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")

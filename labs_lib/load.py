@@ -479,6 +479,9 @@ def _interrupt_at_once():
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+VLLM_PREFILL = "vllm:request_prefill_time_seconds"  # vLLM's histogram of each request's scheduled-to-first-token time
+
+
 async def prefill_tokens_per_s(endpoint: Endpoint, prompts: list[str], *, extra: dict | None = None) -> float | None:
     """Prefill speed (prompt tokens/s) by the server's own clocks, one uncached prompt at a time (`extra`: the
     engine's uncached_body): the median of its per-request prompt timings (llama.cpp), else its prompt tokens over
@@ -502,10 +505,10 @@ async def prefill_tokens_per_s(endpoint: Endpoint, prompts: list[str], *, extra:
     after = metrics() if before is not None else None
     ok = [r for r in records if r.ok and r.prompt_tokens]
     counted = delta(before, after) if before is not None and after is not None else {}
-    seconds = counted.get("vllm:request_prefill_time_seconds_sum", 0.0)
-    if not ok or seconds <= 0 or counted.get("vllm:request_prefill_time_seconds_count") != len(ok):
+    mean_ms = _histogram_mean_ms(counted, VLLM_PREFILL)
+    if not ok or not mean_ms or counted.get(f"{VLLM_PREFILL}_count") != len(ok):
         return None
-    return sum(r.prompt_tokens or 0 for r in ok) / seconds
+    return sum(r.prompt_tokens or 0 for r in ok) * 1000 / (mean_ms * len(ok))
 
 
 def _histogram_mean_ms(d: dict[str, float], name: str) -> float | None:
@@ -524,7 +527,7 @@ def ttft_parts(run: LoadResult) -> dict:
     ttft = float(np.mean([r.ttft_ms for r in ok])) if ok else None
     d = run.engine_delta or {}
     queue = _histogram_mean_ms(d, "vllm:request_queue_time_seconds")
-    prefill = _histogram_mean_ms(d, "vllm:request_prefill_time_seconds")
+    prefill = _histogram_mean_ms(d, VLLM_PREFILL)
     server_prompt = [r.server_prompt_ms for r in ok if r.server_prompt_ms is not None]
     if prefill is None and server_prompt:
         prefill = float(np.mean(server_prompt))

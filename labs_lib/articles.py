@@ -90,13 +90,15 @@ def lesson_ids(lab: str) -> list[str]:
 
 
 def lesson(checks: pd.DataFrame, lab: str) -> pd.DataFrame:
-    """The rows of `checks` that are lab `lab`'s own questions; the rest are the appendix lab's to show."""
+    """The rows of `checks` that are lab `lab`'s own questions, as a learner reads them: no claim id, and no column
+    that is empty in every row (a qualitative claim states no value, so it is off by nothing); the rest of the
+    claims are the appendix lab's to show."""
     mine = checks[checks["id"].isin(lesson_ids(lab))]
     print(
         f"{len(mine)} of the {len(checks)} claims judged here are this lab's questions; "
         "the appendix lab, 07 The articles, checked, shows every one with its evidence."
     )
-    return mine
+    return mine.drop(columns="id").dropna(axis=1, how="all").reset_index(drop=True)
 
 
 def record(lab: str, checks: pd.DataFrame, engine: str, folder: Path | None = None) -> Path:

@@ -764,13 +764,17 @@ def defaults_note(grid: Grid) -> str:
     return "; ".join(parts)
 
 
-def dry_run(grid: Grid) -> list[str]:
-    """The command each configuration would start, and its number of points."""
+def dry_run(grid: Grid, device: str | None = None) -> list[str]:
+    """The command each configuration would start, and its number of points: on this machine (device None) or on
+    `device` ("cpu", "gpu"): a GPU grid read on a CPU shows with "gpu" what a card runs, not the CPU's own KV pool
+    and eager mode."""
+    if device not in (None, "cpu", "gpu"):
+        raise BadInput("device", device, "allowed: None (this machine), 'cpu' or 'gpu'")
     lines = []
     points = grid.points()
     for cfg in grid.configs():
         n = sum(1 for p in points if p.config == cfg)
-        cmd, warning = engine_class(grid.engine).command_for(EngineConfig(**cfg))
+        cmd, warning = engine_class(grid.engine).command_for(EngineConfig(**cfg), device)
         lines.append(f"{cmd}   # {n} point(s)" + (f"   # {warning}" if warning else ""))
     return lines
 

@@ -135,16 +135,19 @@ class _Explorer:
 
     def show(self, interactive: bool) -> None:
         """The explorer in JupyterLab; without widgets (interactive=False), each change of `tour` made through its
-        control, as a click would make it, and the readout printed, then the last figure."""
+        control, as a click would make it, and the readout printed when it says something new, then the last figure."""
         from IPython.display import Image, display
 
         if interactive:
             display(self.box)
             return
+        printed = None
         for change in self.tour():
             for name, value in change.items():
                 self.controls[name].value = value  # each assignment runs the explorer's own callback
-            print("  " + self.text())
+            if self.text() != printed:  # a step that chose what was already chosen (two rows in all) says nothing new
+                printed = self.text()
+                print("  " + printed)
         display(Image(data=self.figure.value))
 
     def _redraw(self) -> None:

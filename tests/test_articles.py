@@ -48,7 +48,22 @@ def test_the_appendix_takes_computed_over_recorded_over_nothing(tmp_path, capsys
     waiting = table.loc[timing[1]]
     assert waiting["verdict"] == articles.NOT_MEASURED and "lab 02" in waiting["why"]
     shown = articles.lesson(measured, "02")
-    assert set(shown["id"]) <= set(articles.lesson_ids("02")) and "appendix" in capsys.readouterr().out
+    assert len(shown) == len(set(measured["id"]) & set(articles.lesson_ids("02"))) and "appendix" in capsys.readouterr().out
+
+
+def test_a_lab_shows_its_claims_without_ids_or_empty_columns(capsys):
+    """A learner reads the claim, its article and the verdict; the claim's id is the appendix's bookkeeping, and a
+    column that is empty in every row (a qualitative claim states no value) is noise."""
+    mine = articles.lesson_ids("02")
+    measured = pd.DataFrame(
+        [row(mine[0], "seen in this run", "", True, "a role chunk came first")]
+        + [row(c["id"], 3.0, "%", False, "elsewhere") for c in claims("02") if c["id"] not in mine]
+    )
+    shown = articles.lesson(measured, "02")
+    assert len(shown) == 1 and list(shown.index) == [0], shown
+    assert "id" not in shown.columns and not shown.isna().all().any(), shown.columns
+    assert shown.loc[0, "claim"] == next(c["claim"] for c in claims("02") if c["id"] == mine[0])
+    assert "of the" in capsys.readouterr().out
 
 
 def test_a_record_for_a_lab_that_does_not_exist_is_one_line(tmp_path):

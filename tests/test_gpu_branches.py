@@ -368,3 +368,22 @@ def test_lab01_plans_the_card_it_finds_and_says_which(monkeypatch):
     plan, where = plan_this_card("qwen2.5-7b", 4096, fallback_gpu="RTX-4090", kv_dtype="bf16")
     assert where == "no NVIDIA GPU (NVML found none): planned for the catalogue GPU RTX-4090 instead"
     assert plan.num_blocks == plan_capacity("qwen2.5-7b", 4096, kv_dtype="bf16", gpu="RTX-4090").num_blocks
+
+
+def test_a_gpu_grid_read_on_a_cpu_shows_the_commands_a_card_runs(monkeypatch):
+    """Labs 04, 05 and 07 print the `vllm serve` lines of their GPU grids wherever they run. On a CPU the labs give
+    vLLM a KV pool of its own and --enforce-eager; a learner who copies those lines to a card would get a 1-GiB pool
+    and no CUDA graphs, so the labs ask for the card's commands (device="gpu")."""
+    from labs_lib.errors import BadInput
+    from labs_lib.paths import DATA_DIR
+    from labs_lib.sweep import dry_run, load_grid
+
+    monkeypatch.setattr(vllm_engine, "find_vllm", lambda: CPU_VLLM)
+    grid = load_grid(DATA_DIR / "grids" / "gpu_quantization.yaml")
+    here, on_a_card = dry_run(grid), dry_run(grid, device="gpu")
+    assert len(here) == len(on_a_card) == 5
+    assert all("--enforce-eager" in line and "--kv-cache-memory-bytes" in line for line in here), here
+    assert not any("--enforce-eager" in line or "--kv-cache-memory-bytes" in line for line in on_a_card), on_a_card
+    assert "--quantization fp8_per_tensor" in on_a_card[3] and "--kv-cache-dtype fp8" in on_a_card[4], on_a_card
+    with pytest.raises(BadInput, match=r"'cuda'.*allowed: None \(this machine\), 'cpu' or 'gpu'"):
+        dry_run(grid, device="cuda")

@@ -480,7 +480,7 @@ GPU_BRANCH_TESTS = {
     ("labs_lib/sweep_views.py", "return catalogued_card()[1]"): (
         "tests/test_gpu_branches.py::test_on_a_gpu_lab03_plans_each_pool_with_the_cards_step_budget"
     ),
-    ("labs_lib/engines/vllm.py", 'on_gpu = bool(found and found.device != "cpu")'): (
+    ("labs_lib/engines/vllm.py", 'on_gpu = device is not None and device != "cpu"'): (
         "tests/test_gpu_branches.py::test_on_a_gpu_the_shipped_model_profiles_a_batch_its_share_of_the_card_holds"
     ),
     ("labs_lib/doctor/machine.py", 'if found.device == "cpu":'): (

@@ -290,9 +290,10 @@ def test_without_widgets_the_explorer_walks_its_tour_through_its_controls(explor
     assert shown[-1] is explorer.box
 
 
-def test_the_quant_explorer_on_vllms_comparison_starts_with_both_rows():
+def test_the_quant_explorer_on_vllms_comparison_starts_with_both_rows(capsys, monkeypatch):
     """vLLM on CPU at quick size compares one weights configuration (the reference) with an fp8 KV cache: the
-    explorer starts with both rows chosen, not the reference alone, and its tour chooses no row twice."""
+    explorer starts with both rows chosen, not the reference alone, its tour chooses no row twice, and printed
+    without widgets it shows no readout twice (its second step chose the two rows again)."""
     import pandas as pd
 
     from labs_lib.quant_compare import config_labels
@@ -305,5 +306,9 @@ def test_the_quant_explorer_on_vllms_comparison_starts_with_both_rows():
     for step in explorer.tour():
         chosen = step.get("chosen", [])
         assert len(chosen) == len(set(chosen)), step
+    monkeypatch.setattr("IPython.display.display", lambda obj: None)
+    explorer.show(False)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(set(lines)) == 2 and "by kl" in lines[0] and "by top1_agreement" in lines[1], lines
     explorer.controls["chosen"].value = list(config_labels(compared))[:1]
     assert "1 configuration;" in explorer.readout.value

@@ -166,8 +166,9 @@ class Engine:
         raise NotImplementedError
 
     @classmethod
-    def command_for(cls, config: EngineConfig) -> tuple[str, str]:
-        """(the shell command that starts this configuration, a warning or "")."""
+    def command_for(cls, config: EngineConfig, device: str | None = None) -> tuple[str, str]:
+        """(the shell command that starts this configuration, a warning or ""), for `device` ("cpu", "gpu") where
+        the engine's command depends on it; None: this machine's."""
         raise NotImplementedError
 
     @classmethod

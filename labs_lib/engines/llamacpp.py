@@ -198,8 +198,8 @@ class LlamaCppEngine(Engine):
         return first_error(log_text)
 
     @classmethod
-    def command_for(cls, config: EngineConfig) -> tuple[str, str]:
-        return serve_command(config), ""
+    def command_for(cls, config: EngineConfig, device: str | None = None) -> tuple[str, str]:
+        return serve_command(config), ""  # the same on every device: the wheel offloads what it can
 
     @classmethod
     def grid_family(cls) -> str:

@@ -177,9 +177,11 @@ def attention_backend(config: EngineConfig) -> str | None:
     return config.attention_backend or ("FLASH_ATTN" if config.flash_attention else None)
 
 
-def serve_args(config: EngineConfig, port: int | None = None) -> list[str]:
-    """`vllm serve` arguments for a configuration (real flag names of current vLLM)."""
+def serve_args(config: EngineConfig, port: int | None = None, device: str | None = None) -> list[str]:
+    """`vllm serve` arguments for a configuration (real flag names of current vLLM), for a vLLM on `device`
+    ("cpu", "gpu"); None: the vLLM installed here (none found: vLLM's own defaults, as on a card)."""
     found = find_vllm()
+    device = device or (found.device if found else None)
     shipped = not config.model
     model = str(hf_model_dir()) if shipped else config.model
     args: list[str] = ["serve", str(model), "--host", config.host, "--port", str(port or config.port or 8000)]
@@ -200,12 +202,12 @@ def serve_args(config: EngineConfig, port: int | None = None) -> list[str]:
         add("--max-model-len", config.max_model_len)
     add("--gpu-memory-utilization", config.gpu_memory_utilization)
     kv_gib = config.kv_cache_gib
-    if kv_gib is None and config.gpu_memory_utilization is None and found and found.device == "cpu":
+    if kv_gib is None and config.gpu_memory_utilization is None and device == "cpu":
         # on CPU, --gpu-memory-utilization is the share of the machine's RAM vLLM reserves (0.92 by default) and
         # start-up fails when other processes hold more than the rest: a KV pool of its own avoids that check
         kv_gib = CPU_KV_CACHE_GIB
     add("--kv-cache-memory-bytes", int(kv_gib * 2**30) if kv_gib is not None else None)
-    on_gpu = bool(found and found.device != "cpu")
+    on_gpu = device is not None and device != "cpu"
     # the shipped model's small share of a big card (SHIPPED_GPU_BUDGET_GIB) would otherwise hold the profile run of
     # vLLM's 1,024 sequences for a card of 70 GiB or more (kv_math.vllm_batch_defaults): 256, as on smaller cards
     add("--max-num-seqs", config.parallel or (SHIPPED_MAX_NUM_SEQS if shipped and on_gpu else None))
@@ -221,7 +223,7 @@ def serve_args(config: EngineConfig, port: int | None = None) -> list[str]:
     add("--dtype", config.dtype)
     add("--block-size", config.block_size)
     add("--tensor-parallel-size", config.tensor_parallel_size)
-    eager = config.enforce_eager if config.enforce_eager is not None else bool(found and found.device == "cpu")
+    eager = config.enforce_eager if config.enforce_eager is not None else device == "cpu"
     if eager:
         args.append("--enforce-eager")
     args.extend(config.extra_args)
@@ -270,10 +272,10 @@ def emitted_flags(configs: list[tuple[str, EngineConfig]]) -> dict[str, str]:
     return found
 
 
-def command_line(config: EngineConfig, port: int | None = None) -> str:
+def command_line(config: EngineConfig, port: int | None = None, device: str | None = None) -> str:
     """The shell command a user would type (the key travels as VLLM_API_KEY, never on the line)."""
     prefix = f"VLLM_API_KEY=${config.api_key_env} " if config.api_key_env else ""
-    return prefix + "vllm " + shlex.join(serve_args(config, port))
+    return prefix + "vllm " + shlex.join(serve_args(config, port, device))
 
 
 def scores_from_prompt_logprobs(prompt_logprobs: list[dict | None], token_ids: list[int]) -> Scores:
@@ -596,10 +598,10 @@ class VLLMEngine(Engine):
         return f"{error.rstrip('.')}{who or ' (nvidia-smi lists who holds the card)'}: {free_it}"
 
     @classmethod
-    def command_for(cls, config: EngineConfig) -> tuple[str, str]:
+    def command_for(cls, config: EngineConfig, device: str | None = None) -> tuple[str, str]:
         version, flags = known_flags()
-        bad = unknown_flags(serve_args(config), flags)
-        return command_line(config), (f"WARNING: vLLM {version} does not know {', '.join(bad)}" if bad else "")
+        bad = unknown_flags(serve_args(config, device=device), flags)
+        return command_line(config, device=device), (f"WARNING: vLLM {version} does not know {', '.join(bad)}" if bad else "")
 
     SERVE_OPTIONS: ClassVar[dict[str, str]] = {
         "model": "model",

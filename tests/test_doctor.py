@@ -490,3 +490,13 @@ def test_every_401_cause_lab06_reproduces_is_a_401(engine):
     seen.pop("key without Bearer")  # the two causes this server refuses: each a 401
     assert local_rows(seen, None, bodies)[0]["verdict"] == "holds"
     assert local_rows({}, None, bodies)[0]["verdict"] == "cannot be checked here"
+
+
+def test_the_reference_classify_names_llamacpps_own_words_as_the_doctor_does():
+    """Lab 06 runs on llama.cpp: its context error and its start-up failure were "unknown" to the reference classify
+    (which knew vLLM's wording only), beside the doctor's context_exceeded and engine_memory."""
+    from labs_lib.cores.lab06 import LLAMACPP_NO_MEMORY, LLAMACPP_TOO_LONG, classify
+
+    too_long = diagnose({"error": {"message": LLAMACPP_TOO_LONG, "code": 400}}).code
+    assert classify(400, LLAMACPP_TOO_LONG) == too_long == "context_exceeded"
+    assert classify(None, LLAMACPP_NO_MEMORY) == diagnose(LLAMACPP_NO_MEMORY).code == "engine_memory"

@@ -25,9 +25,9 @@ def classify(status: int | None, message: str) -> str:
         return "rate_limit"
     if status is not None and status >= 500:
         return "server_error"
-    if status == 400 and ("context length" in low or "too long" in low):
-        return "context_exceeded"
-    if "kv cache" in low or "out of memory" in low:
+    if status == 400 and ("context length" in low or "context size" in low or "too long" in low):
+        return "context_exceeded"  # vLLM says "maximum context length", llama.cpp "the available context size"
+    if "kv cache" in low or "out of memory" in low or "insufficient memory" in low:
         return "engine_memory"
     if "connection refused" in low:
         return "connection_refused"
@@ -39,6 +39,12 @@ def _classify_reference(status: int | None, message: str) -> str:
     return diagnose({"error": {"message": message, "code": status}} if status else message).code
 
 
+# llama.cpp's words for two of this lab's failures, as its server (xllamacpp 2026.10.11549) answered and logged them in
+# lab 06 on 2026-12-07: a prompt past a slot's 1,024 tokens, and a context too large to allocate
+LLAMACPP_TOO_LONG = "request (1083 tokens) exceeds the available context size (1024 tokens), try increasing it"
+LLAMACPP_NO_MEMORY = "ggml_aligned_malloc: insufficient memory (attempted to allocate 5859.75 MB)"
+
+
 def _classify_cases() -> list[Case]:
     recorded = json.loads((DATA_DIR / "vllm_errors_0.33.0.json").read_text())  # vLLM's own bodies and log line
     context = recorded["context_exceeded_400"]["error"]["message"]
@@ -47,9 +53,11 @@ def _classify_cases() -> list[Case]:
         Case((404, "The model `gpt-9` does not exist."), "404 naming a model", "a 404 that names the model: the model id is wrong (model_not_found)"),
         Case((404, "Not Found"), "404 with no model in it", "a 404 about no model: the URL's path is wrong (base_url_path: /v1 missing or doubled)"),
         Case((400, context), "vLLM's 400 for a long prompt", "a 400 is several causes: read its message ('maximum context length': context_exceeded)"),
+        Case((400, LLAMACPP_TOO_LONG), "llama.cpp's 400 for a long prompt", "each engine words it its own way: llama.cpp's 'exceeds the available context size' is context_exceeded too"),
         Case((429, "Rate limit reached for requests"), "429", "429 is rate_limit: wait and retry, or lower the load"),
         Case((503, "Service Unavailable"), "503", "5xx is server_error: the server's side, not the request's"),
         Case((None, recorded["not_enough_kv_at_startup"]), "vLLM refusing to start (its log line)", "a start-up failure has no status: the engine's words ('larger than the available KV cache') say engine_memory"),
+        Case((None, LLAMACPP_NO_MEMORY), "llama.cpp refusing to start (its log line)", "llama.cpp's start-up log says 'insufficient memory' where vLLM names its KV cache: engine_memory"),
         Case((None, "httpx.ConnectError: [Errno 111] Connection refused"), "no status, the transport's words", "nothing answered: connection_refused (no server on that port)"),
     ]  # fmt: skip
 

@@ -222,6 +222,16 @@ def test_sweep_dry_run_prints_vllm_commands_for_the_gpu_grid():
     assert re.search(r"WARNING: vLLM [\d.]+ does not know --swap-space", article.stdout), article.stdout
 
 
+def test_sweep_dry_run_for_a_card_from_any_machine():
+    """`--device gpu` prints what a card runs (vLLM's own pool and CUDA graphs) wherever the dry run is made; a
+    device it does not know is one line and exit 2."""
+    proc = run_cli("sweep", "--grid", "data/grids/gpu_quantization.yaml", "--dry-run", "--device", "gpu")
+    lines = proc.stdout.strip().splitlines()
+    assert proc.returncode == 0 and len(lines) == 5, (proc.stdout, proc.stderr)
+    assert not any("--enforce-eager" in line or "--kv-cache-memory-bytes" in line for line in lines), lines
+    assert_one_line_error(run_cli("sweep", "--grid", "data/grids/gpu_quantization.yaml", "--dry-run", "--device", "cuda"), "cuda")
+
+
 def test_sweep_dry_run_with_a_model_override():
     proc = run_cli("sweep", "--grid", "data/grids/gpu_kv_pool.yaml", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--dry-run")
     assert proc.stdout.count("vllm serve meta-llama/Llama-3.1-8B-Instruct") == 4

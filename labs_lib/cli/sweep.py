@@ -20,7 +20,7 @@ def run(args) -> int:
         print(shlex.join(command))
         return 0
     if args.dry_run:
-        for line in dry_run(grid):
+        for line in dry_run(grid, device=args.device):
             print(line)
         return 0
     out = Path(args.out) if args.out else Path("results") / f"sweep-{grid.name}-{grid.engine}.jsonl"
@@ -53,6 +53,11 @@ def add_parser(sub) -> None:
     p.add_argument("--model", help="model (vLLM: an HF id or path; llama.cpp: a GGUF path)")
     p.add_argument("--out", help="results file (JSONL; default results/sweep-<grid>-<engine>.jsonl); re-run to resume")
     p.add_argument("--dry-run", action="store_true", help="print the engine commands, run nothing")
+    p.add_argument(
+        "--device",
+        choices=["cpu", "gpu"],
+        help="with --dry-run: the commands for this kind of machine (default: this one's; gpu on a CPU shows a card's)",
+    )
     p.add_argument("--quick", action="store_true", help="the grid's quick variant (CI sizes)")
     p.add_argument(
         "--export-vllm-sweep",

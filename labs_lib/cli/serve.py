@@ -26,13 +26,25 @@ class StopRequested(BaseException):
     KeyboardInterrupt inside exec(): exit 130)."""
 
 
-def _stop_on_signals() -> None:
+def _stop_on_signals() -> list[int]:
+    """Ctrl-C and SIGTERM raise StopRequested; the signals received so far, which `run` checks too: a handler runs
+    wherever the main thread is, and where that is a weakref callback or a __del__ (an import's module-lock callback,
+    seen in CI), Python prints "Exception ignored" and drops the exception, and serve went on serving."""
+    received: list[int] = []
+
     def on_stop(signum, frame):
+        received.append(signum)
         raise StopRequested(signum)
 
     signal.signal(signal.SIGTERM, on_stop)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # left ignored where started with SIGINT ignored
         signal.signal(signal.SIGINT, on_stop)
+    return received
+
+
+def _raise_if_stopped(received: list[int]) -> None:
+    if received:
+        raise StopRequested(received[0])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,10 +76,11 @@ def run(args: argparse.Namespace) -> int:
     start = {} if args.timeout is None else {"timeout_s": positive_number("--timeout", args.timeout)}
     engine = make_engine(args.engine, config)
 
-    _stop_on_signals()
+    received = _stop_on_signals()
     try:
         print(f"starting {engine.kind} with {engine.model_id} …", flush=True)
         engine.start(**start)
+        _raise_if_stopped(received)
         key = engine.api_key
         print(f"OpenAI base URL: {engine.base_url}")
         print(f"model id:        {engine.model_id}")
@@ -77,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"log:             {engine.log_path}")
         print(f"ready in {engine.started_s:.1f} s. Ctrl-C to stop.", flush=True)
         while engine.is_running():
+            _raise_if_stopped(received)
             time.sleep(0.5)
         print(f"error: the engine exited on its own; log tail:\n{engine.log_tail(10)}", file=sys.stderr)
         return 1

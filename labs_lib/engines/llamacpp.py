@@ -199,7 +199,7 @@ class LlamaCppEngine(Engine):
 
     @classmethod
     def command_for(cls, config: EngineConfig, device: str | None = None) -> tuple[str, str]:
-        return serve_command(config), ""  # the same on every device: the wheel offloads what it can
+        return serve_command(config), ""  # llama.cpp's command here names no device
 
     @classmethod
     def grid_family(cls) -> str:

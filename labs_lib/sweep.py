@@ -764,12 +764,15 @@ def defaults_note(grid: Grid) -> str:
     return "; ".join(parts)
 
 
+DEVICES = ("cpu", "gpu")  # the machines a dry run writes commands for (VLLMInstall.device's values)
+
+
 def dry_run(grid: Grid, device: str | None = None) -> list[str]:
     """The command each configuration would start, and its number of points: on this machine (device None) or on
     `device` ("cpu", "gpu"): a GPU grid read on a CPU shows with "gpu" what a card runs, not the CPU's own KV pool
     and eager mode."""
-    if device not in (None, "cpu", "gpu"):
-        raise BadInput("device", device, "allowed: None (this machine), 'cpu' or 'gpu'")
+    if device not in (None, *DEVICES):
+        raise BadInput("device", device, "allowed: None (this machine), " + " or ".join(map(repr, DEVICES)))
     lines = []
     points = grid.points()
     for cfg in grid.configs():

@@ -145,9 +145,10 @@ class _Explorer:
         for change in self.tour():
             for name, value in change.items():
                 self.controls[name].value = value  # each assignment runs the explorer's own callback
-            if self.text() != printed:  # a step that chose what was already chosen (two rows in all) says nothing new
-                printed = self.text()
-                print("  " + printed)
+            readout = self.text()
+            if readout != printed:  # a step that chose what was already chosen (two rows in all) says nothing new
+                print("  " + readout)
+                printed = readout
         display(Image(data=self.figure.value))
 
     def _redraw(self) -> None:

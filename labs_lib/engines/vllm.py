@@ -180,8 +180,9 @@ def attention_backend(config: EngineConfig) -> str | None:
 def serve_args(config: EngineConfig, port: int | None = None, device: str | None = None) -> list[str]:
     """`vllm serve` arguments for a configuration (real flag names of current vLLM), for a vLLM on `device`
     ("cpu", "gpu"); None: the vLLM installed here (none found: vLLM's own defaults, as on a card)."""
-    found = find_vllm()
-    device = device or (found.device if found else None)
+    if device is None:  # probing the installed vLLM (a subprocess, once) only when the caller names no device
+        found = find_vllm()
+        device = found.device if found else None
     shipped = not config.model
     model = str(hf_model_dir()) if shipped else config.model
     args: list[str] = ["serve", str(model), "--host", config.host, "--port", str(port or config.port or 8000)]

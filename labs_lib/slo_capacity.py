@@ -91,7 +91,7 @@ def judge(result: LoadResult, rate_rps: float, slo: SLO, percentile: float) -> R
     last_done = max((r.sent_s + (r.e2e_ms or 0.0) / 1000 for r in ok), default=scheduled[0])
     span = last_done - scheduled[0]
     achieved = len(ok) / span if span > 0 else 0.0
-    # the rate this run's random arrivals really offered (a short Poisson run drifts from the nominal rate)
+    # the rate the schedule offered, read from its own times: `arrivals` may be anyone's, not only vLLM's scaled draw
     offered = len(records) / (scheduled[-1] - scheduled[0] + baseline_s) if scheduled[-1] > scheduled[0] else rate_rps
     growth = None
     if len(by_send) >= 6:

@@ -148,19 +148,28 @@ def _kind_parses_done(line):
     )
 
 
-def _arrivals_from_the_first_gap(num_requests, rate_rps, burstiness, seed):
+def _to_rate(times, num_requests, rate_rps):
+    return (times * (num_requests / rate_rps / times[-1])).tolist()
+
+
+def _arrivals_unscaled(num_requests, rate_rps, burstiness, seed):
     gaps = np.random.default_rng(seed).gamma(burstiness, 1 / (rate_rps * burstiness), num_requests)
-    return np.cumsum(gaps).tolist()  # the first request waits a gap before it goes
+    return np.cumsum(gaps).tolist()  # a short run's rate is then a draw: 5 gaps can sum to half their mean
 
 
-def _arrivals_scale_without_burstiness(num_requests, rate_rps, burstiness, seed):
-    gaps = np.random.default_rng(seed).gamma(burstiness, 1 / rate_rps, num_requests)  # mean burstiness / rate
-    return (np.cumsum(gaps) - gaps[0]).tolist()
+def _arrivals_first_at_zero(num_requests, rate_rps, burstiness, seed):
+    gaps = np.random.default_rng(seed).gamma(burstiness, 1 / (rate_rps * burstiness), num_requests)
+    return _to_rate(np.cumsum(gaps) - gaps[0], num_requests, rate_rps)  # vLLM sends the first after its own gap
+
+
+def _arrivals_ignore_burstiness(num_requests, rate_rps, burstiness, seed):
+    gaps = np.random.default_rng(seed).exponential(1 / rate_rps, num_requests)  # always Poisson
+    return _to_rate(np.cumsum(gaps), num_requests, rate_rps)
 
 
 def _arrivals_unseeded(num_requests, rate_rps, burstiness, seed):
     gaps = np.random.default_rng().gamma(burstiness, 1 / (rate_rps * burstiness), num_requests)
-    return (np.cumsum(gaps) - gaps[0]).tolist()
+    return _to_rate(np.cumsum(gaps), num_requests, rate_rps)
 
 
 async def _search_without_bisecting(meets, start, ceiling, max_points, resolution):
@@ -451,8 +460,9 @@ MISTAKES = [  # (core, a wrong function, what the hint must name)
     ("chunk_kind", _kind_empty_content_is_a_token, "empty content is not a token"),
     ("chunk_kind", _kind_indexes_choices, "indexing choices[0] raises"),
     ("chunk_kind", _kind_parses_done, "`[DONE]` is not JSON"),
-    ("arrival_times_s", _arrivals_from_the_first_gap, "which goes at 0"),
-    ("arrival_times_s", _arrivals_scale_without_burstiness, "keep the mean gap at 1 / rate"),
+    ("arrival_times_s", _arrivals_unscaled, "scaled so that the last is at n / rate"),
+    ("arrival_times_s", _arrivals_first_at_zero, "the first request waits its own"),
+    ("arrival_times_s", _arrivals_ignore_burstiness, "shape = burstiness sets the spread"),
     ("arrival_times_s", _arrivals_unseeded, "the same seed, the same times"),
     ("bracket", _search_without_bisecting, "then bisect"),
     ("bracket", _search_bisecting(count_all=False), "count every measurement"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import shlex
+import subprocess
 
 import pytest
 from conftest import FIXTURES, assert_one_line_error, run_cli
@@ -115,3 +116,55 @@ def test_a_grid_vllms_datasets_cannot_express_is_refused_in_one_line():
     )
     with pytest.raises(BadInput, match="replay no conversation"):
         sweep_params(talk)
+
+
+# vLLM's get_request (benchmarks/serve.py) with its gamma draws given and its clock and sleep replaced: the send
+# time of each request it yields, printed as JSON
+VLLM_ARRIVALS = """
+import asyncio, json, sys, time
+import numpy as np
+import vllm.benchmarks.serve as serve
+draws, n, rate, burstiness = json.loads(sys.argv[1])
+given = iter(draws)
+np.random.gamma = lambda shape, scale: next(given)
+clock = [0.0]
+time.time = lambda: clock[0]
+async def advance(seconds):
+    clock[0] += seconds
+asyncio.sleep = advance
+async def sends():
+    return [clock[0] async for _request, _rate in serve.get_request(list(range(n)), rate, burstiness)]
+print(json.dumps(asyncio.run(sends())))
+"""
+
+
+def test_the_open_loops_send_times_are_vllm_bench_serves_for_the_same_draws(vllm_installed, monkeypatch):
+    """arrival_times_s (the library's, which lab 03's participant writes) and vLLM's own get_request, given the same
+    gamma draws, send each request at the same time: the draws summed and scaled so that the last goes at n / rate."""
+    import numpy as np
+
+    from labs_lib import load
+    from labs_lib.engines.vllm import find_vllm
+
+    draws = np.random.default_rng(5).gamma(0.5, 1.0, 8).tolist()  # any positive draws: both take them as given
+    n, rate_rps, burstiness = len(draws), 3.0, 0.5
+    proc = subprocess.run(
+        [find_vllm().python, "-c", VLLM_ARRIVALS, json.dumps([draws, n, rate_rps, burstiness])],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    vllms = json.loads(proc.stdout.strip().splitlines()[-1])
+
+    class GivenDraws:
+        def __init__(self, seed):
+            pass
+
+        def gamma(self, shape, scale, size):
+            return np.asarray(draws[:size])
+
+    monkeypatch.setattr(load.np.random, "default_rng", GivenDraws)
+    ours = load.arrival_times_s(n, rate_rps, burstiness, seed=0)
+    assert np.allclose(ours, vllms, rtol=1e-12, atol=0), (ours, vllms)
+    assert vllms[-1] == pytest.approx(n / rate_rps) and vllms[0] > 0

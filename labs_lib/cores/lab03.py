@@ -71,16 +71,18 @@ CV_TOL = 0.05
 
 def _drive_arrivals(arrivals: Callable, args: tuple) -> str:
     """Call `arrivals` twice with one case's arguments (n, rate, burstiness, seed) and say what its times hold: their
-    number, the first at 0, none earlier than the one before, the mean gap against 1 / rate, the gaps' coefficient of
-    variation against 1 / sqrt(burstiness), and the same times for the same seed. Properties, not values: any
-    correct way of drawing the gaps passes."""
+    number, the first after a gap of its own, the last at n / rate, none earlier than the one before, the mean gap
+    against 1 / rate, the gaps' coefficient of variation against 1 / sqrt(burstiness), and the same times for the
+    same seed. Properties, not values: any correct way of drawing the gaps passes."""
     n, rate, burstiness, seed = args
     times = np.asarray(arrivals(n, rate, burstiness, seed), dtype=float)
     again = np.asarray(arrivals(n, rate, burstiness, seed), dtype=float)
     if times.shape != (n,):
         return f"{times.size} times for {n} requests"
-    gaps = np.diff(times)
-    facts = [f"{n} times", f"the first at 0: {'yes' if times[0] == 0 else f'no ({times[0]:.3g})'}"]
+    gaps = np.diff(times, prepend=0.0)  # the first request's gap is from the start
+    last_ok = bool(np.isclose(times[-1], n / rate, rtol=1e-9, atol=0))
+    facts = [f"{n} times", f"the first after a gap: {'yes' if times[0] > 0 else f'no (at {times[0]:.3g} s)'}"]
+    facts.append(f"the last at n / rate: {'yes' if last_ok else f'no ({times[-1]:.4g} s, want {n / rate:.4g})'}")
     facts.append(f"never earlier than the one before: {'yes' if (gaps >= 0).all() else 'no'}")
     if n >= 1000:  # enough gaps for their mean and spread to say something
         mean_ok = abs(gaps.mean() * rate - 1) <= MEAN_TOL
@@ -96,9 +98,9 @@ def _drive_arrivals(arrivals: Callable, args: tuple) -> str:
 
 def _arrival_cases() -> list[Case]:
     return [
-        Case((5, 2.0, 1.0, 0), "five requests at 2 per second", "one send time per request, in seconds from the first, which goes at 0 (subtract the first gap); seed the generator: the same seed, the same times"),
+        Case((5, 2.0, 1.0, 0), "five requests at 2 per second", "one send time per request, in seconds from the start: the running sum of one gap per request (the first request waits its own), scaled so that the last is at n / rate (2.5 s here), as vLLM does; seed the generator: the same seed, the same times"),
         Case((200_000, 4.0, 1.0, 1), "Poisson arrivals at 4 per second", "the gaps average 1 / rate; a gamma of shape 1 is an exponential (Poisson arrivals): its gaps' CV is 1"),
-        Case((200_000, 4.0, 0.25, 2), "bursty arrivals (burstiness 0.25)", "shape = burstiness and scale = 1 / (rate x burstiness) keep the mean gap at 1 / rate while the spread grows: CV 1 / sqrt(0.25) = 2"),
+        Case((200_000, 4.0, 0.25, 2), "bursty arrivals (burstiness 0.25)", "shape = burstiness sets the spread, CV 1 / sqrt(0.25) = 2, and scale = 1 / (rate x burstiness) keeps the mean gap at 1 / rate"),
         Case((200_000, 0.5, 4.0, 3), "steadier arrivals (burstiness 4) at 0.5 per second", "burstiness above 1 evens the gaps out (CV 0.5) without changing the rate"),
     ]  # fmt: skip
 

@@ -157,6 +157,13 @@ def gathered(computed: list[pd.DataFrame], folder: Path | None = None) -> pd.Dat
     return pd.DataFrame(rows)
 
 
+def of_article(table: pd.DataFrame, seed: str) -> pd.DataFrame:
+    """One article's claims from a gathered table, as a learner reads them: grouped by concept and numbered from 1
+    within the article; the claim id (bookkeeping) and the seed (the article itself) are left out."""
+    mine = table[table["seed"] == seed].sort_values("concept", kind="stable").drop(columns=["id", "seed"])
+    return mine.set_index(pd.RangeIndex(1, len(mine) + 1, name="#"))
+
+
 def coverage(table: pd.DataFrame) -> pd.DataFrame:
     """Claims per article by verdict (a gathered table)."""
     counts = table.pivot_table(index="seed", columns="verdict", values="id", aggfunc="count", fill_value=0)

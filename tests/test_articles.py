@@ -111,3 +111,15 @@ def test_the_coverage_counts_the_index():
     assert cover["sentences"].sum() == sum(len(e) for e in entries.values())
     assert (cover["judged"] + cover["not judged yet"] == cover["checkable"]).all()
     assert set(articles.unjudged()["statement"]) == {e["unjudged"] for es in entries.values() for e in es if "unjudged" in e}
+
+
+def test_the_appendix_shows_each_articles_claims_numbered_without_ids():
+    """Lab 07 shows every claim of an article with its verdict and evidence; a learner finds a row by its number in
+    the article, not by the appendix's bookkeeping id."""
+    table = articles.gathered([])
+    shown = articles.of_article(table, "002")
+    assert len(shown) == sum(c["seed"].startswith("002") for c in claims()) > 0
+    assert list(shown.index) == list(range(1, len(shown) + 1)) and shown.index.name == "#"
+    assert "id" not in shown.columns and "seed" not in shown.columns
+    assert list(shown["concept"]) == sorted(shown["concept"])  # grouped by the lesson that teaches it
+    assert not shown.apply(lambda col: col.astype(str).str.fullmatch(r"s00\d-[\w-]+")).any().any()

@@ -124,12 +124,14 @@ def test_on_the_engine_an_slo_no_server_meets_stops_at_the_first_rate(engine):
 @pytest.mark.engine
 def test_on_the_engine_light_load_meets_a_loose_slo_up_to_the_ceiling(engine):
     # 16-token prompts, 4 tokens out. Light load is measured, not assumed: one request at a time, this host serves
-    # 1 / E2E requests per second (more with its 4 slots); the search runs at a sixth and a third of that, so a
-    # slow or busy host (a fixed 2 req/s was saturation with every core taken) gets a lighter load, not a miss
+    # 1 / E2E requests per second (more with its 4 slots); the search runs at an eighth and a quarter of that, so a
+    # slow or busy host (a fixed 2 req/s was saturation with every core taken) gets a lighter load, not a miss. The
+    # arrivals offer exactly the rate asked (vLLM's scaled draw); at a sixth and a third, beside two busy cores, a
+    # burst of three made the last third's TTFT look like a queue in 2 of 4 runs
     specs = _specs(engine)
     alone = run_blocking(run_load(endpoint_for(engine), specs(3), concurrency=1, progress=False))
     one_at_a_time_rps = 1000 / float(np.median(latency_values_ms(alone.records, "e2e")))
-    start = round(one_at_a_time_rps / 6, 3)
+    start = round(one_at_a_time_rps / 8, 3)
     found = run_blocking(
         slo_capacity(
             endpoint_for(engine),

@@ -190,6 +190,16 @@ async def compare_variants(
     return pd.DataFrame(rows)
 
 
+def model_label(config: EngineConfig) -> dict[str, str]:
+    """The columns that name a vLLM configuration in compare_models' rows (config_labels joins them)."""
+    return {
+        "model": config.model or "gemma-3-270m",
+        "dtype": config.dtype or "auto",
+        "quantization": config.quantization or "-",
+        "kv_dtype": config.kv_cache_dtype,
+    }
+
+
 async def compare_models(models: list[dict], *, settings: QuantSettings | None = None, progress: bool = True) -> pd.DataFrame:
     """The same measurements through vLLM: each entry is EngineConfig fields, e.g.
     {"model": "Qwen/Qwen2.5-7B-Instruct-AWQ", "quantization": "awq"} or {"model": …, "kv_cache_dtype": "fp8"}.
@@ -201,12 +211,7 @@ async def compare_models(models: list[dict], *, settings: QuantSettings | None =
     scored: list[tuple[int, Any]] = []
     for fields in tqdm(models, desc="models", unit="config", disable=not progress):
         config = EngineConfig(**{"max_model_len": 4096, "parallel": max(settings.concurrencies) * 4, **fields})
-        label = {
-            "model": config.model or "gemma-3-270m",
-            "dtype": config.dtype or "auto",
-            "quantization": config.quantization or "-",
-            "kv_dtype": config.kv_cache_dtype,
-        }
+        label = model_label(config)
         try:  # a failed configuration (a download, an OOM, a kernel the card lacks) is a row, as in sweeps
             row, scores, _ = await measure_config("vllm", config, label, settings)
         except (LabsError, OSError, httpx.HTTPError) as exc:

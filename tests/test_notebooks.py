@@ -187,7 +187,8 @@ ON_VLLM = {  # what each lab must show when vLLM (on CPU here) is its engine
         "tok/s per user at the busiest point (",  # section 9's takeaway
         "at $0.08 per device-hour (usd_per_device_hour, as given): cheapest $",
     ),
-    "05": ("engine vllm", "gemma-3-270m", "float32 weights left out", "fp8"),
+    # sections 2, 5 and 6 and exercise 1 in vLLM's form (quant_views): bytes stored, the pool's tokens, TPOT by bytes
+    "05": ("engine vllm", "float32 weights left out", "bits per weight", "tokens / 16-bit", "TPOT predicted by bytes"),
 }
 # lab 04 priced as a participant on a 2-vCPU cloud machine would price it (AWS m7g.large on demand, us-east-1, June
 # 2026: 0.0816 USD an hour): section 9's cost per token runs on vLLM; the llama.cpp run in the browser has no price

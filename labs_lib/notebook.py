@@ -190,7 +190,7 @@ def _check(label: str, answer: object, expected, rel_tol: float, hint: str) -> b
         print(f"Exercise {label}: not answered yet: answer from what the run measured, then run this cell.{hint}")
         return None
     if asked_to_show(answer):
-        print(f"Exercise {label}: the measured/computed answer is {_shown(expected)}.")
+        print(f"Exercise {label}: the answer, from this run, is {_shown(expected)}.")
         return False
     ok = _matches(answer, expected, rel_tol)
     if ok:

@@ -53,9 +53,10 @@ LINEAR_BITS = {"fp32": 32.0, "bf16": 16.0, "fp8": 8.0, "int4": 4 + 20 / 128}
 
 
 def computed_weight_bytes(spec: ModelSpec, fmt: str) -> float:
-    """Bytes of a checkpoint's weights with its linear layers in `fmt`: vLLM's fp8_per_tensor, AWQ and GPTQ quantize
-    linear layers only, so the token embedding (vocab x hidden) stays 16-bit; an untied output layer is counted
-    with the linear layers (an underestimate of about vocab x hidden x 1.5 bytes for 4 bits)."""
+    """Bytes of a checkpoint's weights with its linear layers in `fmt`. vLLM 0.33's online fp8_per_tensor quantizes
+    linear and MoE layers only (quantization/online/base.py, resolve_quant_method_cls), and AWQ and GPTQ
+    checkpoints store only linear layers in 4 bits, so the token embedding (vocab x hidden) stays 16-bit; an untied
+    output layer is counted with the linear layers (an underestimate of about vocab x hidden x 1.5 bytes at 4 bits)."""
     assert spec.params
     if fmt in ("fp32", "bf16"):
         return spec.params * LINEAR_BITS[fmt] / 8

@@ -101,6 +101,8 @@ def planned(models: list[dict]) -> pd.DataFrame:
 def same_weights(results: pd.DataFrame) -> pd.DataFrame:
     """The rows with the first row's weights (model, dtype, quantization): on vLLM the KV pool is what the card has
     left after the weights, so only these share one pool's bytes."""
+    if results.empty:
+        return results
     first = results.iloc[0]
     keep = pd.Series(True, index=results.index)
     for col in ("model", "dtype", "quantization"):
@@ -117,6 +119,8 @@ def kv_precision(results: pd.DataFrame) -> pd.DataFrame:
     line) against the 16-bit cache's, its TPOT and its quality against the reference."""
     rows = same_weights(results)
     table = rows[[c for c in KV_COLUMNS if c in rows]].copy()
+    if rows.empty:  # no configuration started: their rows and reasons are in section 3
+        return table.assign(**{"tokens / 16-bit": []})
     table.insert(2, "tokens / 16-bit", rows.kv_cache_tokens / rows.kv_cache_tokens.iloc[0])
     return table.reset_index(drop=True)
 
@@ -125,6 +129,8 @@ def twice_the_sequences(results: pd.DataFrame) -> tuple[str, str]:
     """Exercise 1 on vLLM: (the KV dtype whose pool, the same bytes as the 16-bit cache's, holds at least twice its
     tokens (vLLM's logged counts, less its block rounding) at the least measured KL, or "none"; each dtype's ratio)."""
     table = kv_precision(results)
+    if table.empty:
+        return "none", "no configuration started: nothing to compare"
     others = table.iloc[1:]
     fits = others[others["tokens / 16-bit"] >= 2 * (1 - POOL_ROUNDING)]
     best = "none" if fits.empty else str(fits.sort_values("kl", kind="stable").kv_dtype.iloc[0])
@@ -137,6 +143,8 @@ def tpot_against_bytes(results: pd.DataFrame, context_tokens: int) -> pd.DataFra
     """Section 6 on vLLM: the bytes one decode step reads (weights once, plus one sequence's KV cache at
     `context_tokens`), and each configuration's TPOT p50 against what the reference's TPOT predicts if a step were
     all reading (its TPOT x the bytes ratio): measured / predicted above 1 means something besides reading costs."""
+    if results.empty:  # no configuration started
+        return pd.DataFrame(columns=["configuration", "bytes_per_step", "tpot_p50_ms", "measured / predicted"])
     parts = stored(results)
     step = [
         decode_bytes_per_step(int(w * MIB), int(kv), context_tokens) if pd.notna(w) and pd.notna(kv) else float("nan")

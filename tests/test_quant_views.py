@@ -96,3 +96,11 @@ def test_the_workshop_model_a_gpu_serves_is_read_from_its_own_config(tmp_path):
     table = quant_views.planned([{"model": str(folder)}, {"model": str(folder), "kv_cache_dtype": "fp8"}])
     assert list(table["weights MiB"] * MIB) == [params * 2, params * 2]
     assert table["KV bytes per token"].iloc[0] == 2 * table["KV bytes per token"].iloc[1] > 0
+
+
+def test_no_configuration_started_leaves_empty_tables_and_no_answer():
+    """Every vLLM start refused (a card another engine holds: tests/test_refused_starts.py runs the lab so): the
+    failed rows are left out before these sections, which then show empty tables, and exercise 1 says why."""
+    failed = rows({"status": "failed"}).iloc[0:0]
+    assert quant_views.kv_precision(failed).empty and quant_views.tpot_against_bytes(failed, 160).empty
+    assert quant_views.twice_the_sequences(failed) == ("none", "no configuration started: nothing to compare")

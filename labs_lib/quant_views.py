@@ -8,7 +8,7 @@ import pandas as pd
 
 from .engines import EngineConfig
 from .errors import BadInput
-from .kv_math import MIB, kv_cache
+from .kv_math import DTYPES, MIB, kv_cache
 from .models import ModelSpec, load_model
 from .quant_compare import config_labels, model_label
 from .roofline import decode_bytes_per_step
@@ -47,9 +47,14 @@ def _kv_format(kv_dtype: str) -> str:
     return "fp8" if str(kv_dtype).startswith("fp8") else "bf16"  # "auto"/"f16": the model's 16 bits
 
 
-# bits per weight of each format's linear layers: AWQ and GPTQ-Int4 add an fp16 scale and a 4-bit zero per group of
-# 128; fp8_per_tensor one scale per matrix (nothing, rounded)
-LINEAR_BITS = {"fp32": 32.0, "bf16": 16.0, "fp8": 8.0, "int4": 4 + 20 / 128}
+# AWQ and GPTQ-Int4 add an fp16 scale and a 4-bit zero to each group of 128 weights (fp8_per_tensor's one scale per
+# matrix rounds to nothing)
+GROUP_SCALE_BITS = {"int4": 20 / 128}
+
+
+def linear_bits(fmt: str) -> float:
+    """Bits per weight of a format's linear layers, their group scales included."""
+    return DTYPES[fmt].bits_per_value + GROUP_SCALE_BITS.get(fmt, 0.0)
 
 
 def computed_weight_bytes(spec: ModelSpec, fmt: str) -> float:
@@ -59,17 +64,17 @@ def computed_weight_bytes(spec: ModelSpec, fmt: str) -> float:
     output layer is counted with the linear layers (an underestimate of about vocab x hidden x 1.5 bytes at 4 bits)."""
     assert spec.params
     if fmt in ("fp32", "bf16"):
-        return spec.params * LINEAR_BITS[fmt] / 8
+        return spec.params * linear_bits(fmt) / 8
     embedding = spec.vocab_size * spec.hidden_size
-    return embedding * 2 + (spec.params - embedding) * LINEAR_BITS[fmt] / 8
+    return embedding * 2 + (spec.params - embedding) * linear_bits(fmt) / 8
 
 
 def stored(results: pd.DataFrame) -> pd.DataFrame:
     """Section 2 on vLLM: each configuration's weights (MiB as vLLM logs loading them on a GPU, else computed from
     the model catalogue by computed_weight_bytes), bits per weight, and KV bytes per token."""
     rows = []
-    for _, r in results.iterrows():
-        spec, fmt = _spec(str(r["model"])), weights_format(r)
+    for label, (_, r) in zip(config_labels(results), results.iterrows(), strict=True):
+        spec, fmt, kv_fmt = _spec(str(r["model"])), weights_format(r), _kv_format(r["kv_dtype"])
         logged = r.get("weights_MiB")
         if pd.notna(logged):
             mib, source = float(logged), "logged by vLLM"
@@ -77,15 +82,15 @@ def stored(results: pd.DataFrame) -> pd.DataFrame:
             mib, source = computed_weight_bytes(spec, fmt) / MIB, "computed"
         else:
             mib, source = float("nan"), "not in the model catalogue"
-        per_token = kv_cache(spec, 1, 1, _kv_format(r["kv_dtype"])).kv_bytes_per_token if spec else None
+        per_token = kv_cache(spec, 1, 1, kv_fmt).kv_bytes_per_token if spec else None
         rows.append(
             {
-                "configuration": config_labels(pd.DataFrame([r])).iloc[0],
+                "configuration": label,
                 "weights": fmt,
                 "weights MiB": mib,
                 "bits per weight": mib * MIB * 8 / spec.params if spec and spec.params else float("nan"),
                 "weights from": source,
-                "KV dtype": _kv_format(r["kv_dtype"]),
+                "KV dtype": kv_fmt,
                 "KV bytes per token": per_token,
             }
         )

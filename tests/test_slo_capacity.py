@@ -72,6 +72,8 @@ def test_the_labs_slo_is_met_at_half_the_closed_loops_capacity(engine):
     assert run["ttft"][2] > slo.ttft_ms
     # no level within the slots (a remote endpoint's levels all past them): the lightest level measured sets it
     assert slo_from_closed_loop((8,), run["ttft"][2:], run["tpot"][2:], slots=4).ttft_ms == round(2.0 * run["ttft"][2], 1)
+    past = slo_from_closed_loop((16, 8), (9999.0, run["ttft"][2]), (99.0, run["tpot"][2]), slots=4)  # levels in any order
+    assert past.ttft_ms == round(2.0 * run["ttft"][2], 1) and past.tpot_ms == round(1.5 * run["tpot"][2], 1)
 
 
 def test_latency_counts_from_the_schedule_where_the_client_fell_behind():

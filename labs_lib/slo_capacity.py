@@ -134,8 +134,7 @@ def slo_from_closed_loop(levels: Sequence[int], ttft_p50_ms: Sequence[float], tp
     1.6x (TTFT) those medians in this project's runs (tests/test_slo_capacity.py), so a limit closer to them is
     missed at the first rate a quick search tries."""
     levels, ttft, tpot = list(levels), list(ttft_p50_ms), list(tpot_p50_ms)  # by position: a table's columns or lists
-    lightest = [min(range(len(levels)), key=levels.__getitem__)]
-    within = [i for i, c in enumerate(levels) if c <= slots] or lightest  # none within: the lightest level measured
+    within = [i for i, c in enumerate(levels) if c <= slots] or [levels.index(min(levels))]  # none: the lightest
     return SLO(
         ttft_ms=round(TTFT_HEADROOM * max(float(ttft[i]) for i in within), 1),
         tpot_ms=round(TPOT_HEADROOM * max(float(tpot[i]) for i in within), 1),

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import FIXTURES, REPO, assert_one_line_error, fake_key, run_cli
+from conftest import FIXTURES, assert_one_line_error, fake_key, run_cli
 
 from labs_lib.engines import EngineConfig
 from labs_lib.engines.metrics import delta, parse_metrics, token_counts
@@ -477,7 +477,9 @@ def test_lab04_auto_takes_vllm_wherever_it_is_installed_and_the_endpoint_labs_on
         assert (chosen.engine, chosen.grid_prefix) == ("vllm", "vllm_cpu")
         assert resolve_kind("auto") == "llamacpp"  # labs 02, 03 and 05: vLLM by default only where a GPU answers
     # and each lab says so where its parameters are introduced (labs 02 and 03 had said "vLLM where installed")
-    said = {lab: json.loads(next((REPO / "notebooks").glob(f"{lab}_*.ipynb")).read_text()) for lab in ("02", "03", "04", "05")}
-    said = {lab: "".join("".join(c["source"]) for c in nb["cells"][:4]) for lab, nb in said.items()}
+    from labs_lib import runner
+
+    said = {lab: json.loads(runner.discover(lab)[0].read_text())["cells"][:4] for lab in ("02", "03", "04", "05")}
+    said = {lab: "".join("".join(c["source"]) for c in cells) for lab, cells in said.items()}
     assert all("vLLM if installed on a GPU, else llama.cpp" in said[lab] for lab in ("02", "03"))
     assert "picks vLLM wherever it is installed" in said["04"] and "auto: vLLM on a GPU instance" in said["05"]
